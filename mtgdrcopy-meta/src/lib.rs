@@ -1,0 +1,2 @@
+//! Packaging only: this crate carries the `[package.metadata.deb]` of the `mtgdrcopy`
+//! metapackage, which installs `libgdrapi`, `mtgdrcopy-tests` and `mtgdrdrv-dkms`. It has no code.

@@ -1,0 +1,143 @@
+//! The test-only interface of the emulated mtgpu provider (`/dev/mtgpu_emu`).
+//!
+//! The emulator is a kernel module that stands in for the mtgpu driver in tests: it exports
+//! `mtgpu_p2p_get_pages`/`mtgpu_p2p_put_pages` and hands out "device memory" carved from a real
+//! PCI BAR (QEMU `ivshmem-plain`). This char device lets the test runtime allocate, free, read and
+//! write that memory by GPU VA, and inject faults. It is never installed by the production debs.
+//!
+//! Unlike the frozen gdrdrv ABI, this one follows our own rules: explicit reserved fields, sizes
+//! encoded in the command numbers, layouts proven by compile-time assertions.
+#![allow(non_camel_case_types)]
+
+use core::mem::{offset_of, size_of};
+
+use crate::abi::{__u32, __u64};
+
+/// ioctl magic of `/dev/mtgpu_emu`.
+pub const MTGPU_EMU_IOCTL: u32 = 0xDB;
+/// Name of the emulator's char device under /dev.
+pub const MTGPU_EMU_DEVICE_NAME: &str = "mtgpu_emu";
+/// First GPU VA the emulator hands out; GPU VAs are not CPU addresses.
+pub const MTGPU_EMU_VA_BASE: u64 = 0x0000_1000_0000_0000;
+
+/// Page sizes the emulator can back an allocation with (`mtgpu_emu_alloc.page_size`).
+pub const MTGPU_EMU_PAGE_4K: u32 = 4096;
+pub const MTGPU_EMU_PAGE_64K: u32 = 65536;
+pub const MTGPU_EMU_PAGE_2M: u32 = 2 * 1024 * 1024;
+
+/// `mtgpu_emu_alloc.flags`: back the allocation with pages in a scattered, non-contiguous order.
+pub const MTGPU_EMU_ALLOC_SCATTER: u32 = 0x1;
+
+/// Faults the next `mtgpu_p2p_get_pages` call(s) should show (`mtgpu_emu_fault.kind`).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum mtgpu_emu_fault_kind {
+    MTGPU_EMU_FAULT_NONE = 0,
+    /// get_pages fails with -ENOMEM.
+    MTGPU_EMU_FAULT_ENOMEM = 1,
+    /// get_pages fails with -EINVAL.
+    MTGPU_EMU_FAULT_EINVAL = 2,
+    /// get_pages succeeds but reports a page table version other than 1.0.
+    MTGPU_EMU_FAULT_BAD_VERSION = 3,
+    /// get_pages succeeds but reports a page size that is not a power of two.
+    MTGPU_EMU_FAULT_BAD_PAGE_SIZE = 4,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct mtgpu_emu_alloc {
+    /// in: bytes; rounded up to `page_size`.
+    pub size: __u64,
+    /// in: GPU VA alignment (power of two, 0 = page_size).
+    pub align: __u64,
+    /// in: one of `MTGPU_EMU_PAGE_*`.
+    pub page_size: __u32,
+    /// in: `MTGPU_EMU_ALLOC_*`.
+    pub flags: __u32,
+    /// out: GPU VA of the allocation, valid in the calling process only.
+    pub gpu_va: __u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct mtgpu_emu_free {
+    /// in: a VA returned by ALLOC (the start of the allocation).
+    pub gpu_va: __u64,
+}
+
+/// READ copies device memory into `user_ptr`; WRITE copies `user_ptr` into device memory;
+/// MEMSET fills with the low byte of `value` (`user_ptr` unused).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct mtgpu_emu_rw {
+    /// in: GPU VA inside one allocation of the calling process.
+    pub gpu_va: __u64,
+    /// in: bytes; the range must stay inside that allocation.
+    pub size: __u64,
+    /// in: user buffer address (READ/WRITE).
+    pub user_ptr: __u64,
+    /// in: fill byte (MEMSET).
+    pub value: __u32,
+    pub reserved: __u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct mtgpu_emu_fault {
+    /// in: an `mtgpu_emu_fault_kind`.
+    pub kind: __u32,
+    /// in: how many following get_pages calls show the fault (0 clears it).
+    pub count: __u32,
+}
+
+/// Counters for leak checks; all are system-wide.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct mtgpu_emu_stats {
+    /// Live allocations (including freed-but-pinned ones).
+    pub allocations: __u64,
+    /// Bytes of BAR memory in use.
+    pub bytes_allocated: __u64,
+    /// Page tables handed out by get_pages and not yet put.
+    pub pins_outstanding: __u64,
+    pub get_pages_calls: __u64,
+    pub put_pages_calls: __u64,
+    /// Allocations freed by their owner while still pinned (memory kept until put).
+    pub freed_while_pinned: __u64,
+    /// Size of the BAR the emulator carves memory from.
+    pub bar_size: __u64,
+    pub reserved: __u64,
+}
+
+const IOC_WRITE: u32 = 1;
+const IOC_READ: u32 = 2;
+
+const fn ioc(dir: u32, nr: u32, size: usize) -> u32 {
+    (dir << 30) | ((size as u32) << 16) | (MTGPU_EMU_IOCTL << 8) | nr
+}
+
+pub const MTGPU_EMU_IOC_ALLOC: u32 = ioc(IOC_READ | IOC_WRITE, 1, size_of::<mtgpu_emu_alloc>());
+pub const MTGPU_EMU_IOC_FREE: u32 = ioc(IOC_WRITE, 2, size_of::<mtgpu_emu_free>());
+pub const MTGPU_EMU_IOC_READ: u32 = ioc(IOC_WRITE, 3, size_of::<mtgpu_emu_rw>());
+pub const MTGPU_EMU_IOC_WRITE: u32 = ioc(IOC_WRITE, 4, size_of::<mtgpu_emu_rw>());
+pub const MTGPU_EMU_IOC_MEMSET: u32 = ioc(IOC_WRITE, 5, size_of::<mtgpu_emu_rw>());
+pub const MTGPU_EMU_IOC_INJECT_FAULT: u32 = ioc(IOC_WRITE, 6, size_of::<mtgpu_emu_fault>());
+pub const MTGPU_EMU_IOC_GET_STATS: u32 = ioc(IOC_READ, 7, size_of::<mtgpu_emu_stats>());
+
+pub const EMU_IOCTLS: [(&str, u32); 7] = [
+    ("MTGPU_EMU_IOC_ALLOC", MTGPU_EMU_IOC_ALLOC),
+    ("MTGPU_EMU_IOC_FREE", MTGPU_EMU_IOC_FREE),
+    ("MTGPU_EMU_IOC_READ", MTGPU_EMU_IOC_READ),
+    ("MTGPU_EMU_IOC_WRITE", MTGPU_EMU_IOC_WRITE),
+    ("MTGPU_EMU_IOC_MEMSET", MTGPU_EMU_IOC_MEMSET),
+    ("MTGPU_EMU_IOC_INJECT_FAULT", MTGPU_EMU_IOC_INJECT_FAULT),
+    ("MTGPU_EMU_IOC_GET_STATS", MTGPU_EMU_IOC_GET_STATS),
+];
+
+const _: () = assert!(size_of::<mtgpu_emu_alloc>() == 32);
+const _: () = assert!(offset_of!(mtgpu_emu_alloc, gpu_va) == 24);
+const _: () = assert!(size_of::<mtgpu_emu_free>() == 8);
+const _: () = assert!(size_of::<mtgpu_emu_rw>() == 32);
+const _: () = assert!(offset_of!(mtgpu_emu_rw, value) == 24);
+const _: () = assert!(size_of::<mtgpu_emu_fault>() == 8);
+const _: () = assert!(size_of::<mtgpu_emu_stats>() == 64);

@@ -1,0 +1,38 @@
+//! `cargo xtask`: the project's build, codegen, packaging and test entry points.
+//! One module per subcommand; `main` only parses and dispatches.
+
+mod codegen;
+mod paths;
+mod test;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "cargo xtask",
+    about = "Build, generate, package and test mtgdrcopy"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Regenerate the C headers from the Rust ABI definitions.
+    Codegen {
+        /// Do not write: fail if a generated file differs from what would be generated.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Run every test: lints, codegen freshness, unit tests, header compile tests.
+    Test(test::Args),
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().command {
+        Command::Codegen { check } => codegen::run(check),
+        Command::Test(args) => test::run(args),
+    }
+}

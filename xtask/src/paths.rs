@@ -1,0 +1,23 @@
+//! Where things live in the tree.
+
+use std::path::PathBuf;
+
+pub fn root() -> PathBuf {
+    let xtask_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    xtask_dir.parent().map(PathBuf::from).unwrap_or(xtask_dir)
+}
+
+pub fn build_dir() -> PathBuf {
+    root().join("build")
+}
+
+/// Downloads and chroots live outside the repository so that clean clones rerun fast.
+pub fn cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("MTGDRCOPY_CACHE") {
+        return PathBuf::from(dir);
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "/root".into());
+    home.join(".cache").join("mtgdrcopy")
+}
