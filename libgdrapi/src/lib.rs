@@ -1,1 +1,45 @@
+//! libgdrapi: CPU load/store access to pinned Moore Threads GPU memory.
+//!
+//! A process pins MUSA device memory through the `mtgdrdrv` kernel module, maps the BAR pages
+//! backing it write-combined, and reads and writes them with plain CPU accesses.
+//!
+//! Layers, each talking only to the next:
+//! - [`capi`]: the gdrapi.h C ABI, a thin shim (null checks, panic guard, handle table, errno);
+//! - [`Gdr`], [`PinnedBuffer`], [`Mapping`]: the safe Rust API whose lifetimes make
+//!   unmap-before-unpin and use-after-unmap impossible;
+//! - `driver`: the ioctl/mmap backend over `/dev/mtgdrdrv`;
+//! - [`copy`]: the copy routines, one variant per CPU feature level.
+//!
+//! Unlike upstream GDRCopy, an open device is safe to use from many threads at once.
 
+pub mod capi;
+pub mod copy;
+mod driver;
+mod error;
+mod gdr;
+mod handles;
+pub mod log;
+
+pub use driver::DEVICE_PATH;
+pub use error::{Error, Result};
+pub use gdr::{Attribute, Gdr, Info, MapRequest, Mapping, MappingType, PinFlags, PinnedBuffer};
+
+/// Library version, `major << 16 | minor` as exchanged with the driver.
+pub const GDR_API_MAJOR_VERSION: u32 = 1;
+pub const GDR_API_MINOR_VERSION: u32 = 0;
+pub const GDR_API_VERSION: u32 = mtgdrdrv::pack(GDR_API_MAJOR_VERSION, GDR_API_MINOR_VERSION);
+
+/// The oldest driver this library works with.
+pub const MINIMUM_GDRDRV_MAJOR_VERSION: u32 = 0;
+pub const MINIMUM_GDRDRV_MINOR_VERSION: u32 = 1;
+pub const MINIMUM_GDRDRV_VERSION: u32 =
+    mtgdrdrv::pack(MINIMUM_GDRDRV_MAJOR_VERSION, MINIMUM_GDRDRV_MINOR_VERSION);
+
+/// The GPU page: pins are rounded to it, like upstream's, so `info.va` keeps its meaning.
+pub const GPU_PAGE_SHIFT: u32 = 16;
+pub const GPU_PAGE_SIZE: u64 = 1 << GPU_PAGE_SHIFT;
+
+const _: () = assert!(
+    GDR_API_MAJOR_VERSION == 1,
+    "the soname (build.rs) follows the major"
+);

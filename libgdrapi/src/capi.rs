@@ -1,0 +1,627 @@
+//! The gdrapi.h C ABI: a thin shim over the safe API.
+//!
+//! Each entry point checks its pointers (NULL → `EINVAL`), guards against panics (→ `EIO`, never
+//! unwinding into C), calls the safe API, and returns 0 or a positive errno. `include/gdrapi.h`
+//! is generated from this file by `cargo xtask codegen`.
+#![allow(non_camel_case_types)]
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Mutex, PoisonError};
+
+use nix::errno::Errno;
+
+use crate::gdr::{Attribute, Gdr, MapRequest, MappingType, PinFlags, PinnedBuffer, RawMapping};
+use crate::{copy, handles, log, Error};
+
+pub const MAJOR_VERSION_SHIFT: c_int = 16;
+pub const MINOR_VERSION_MASK: c_uint = 0xffff;
+pub const GDR_API_MAJOR_VERSION: c_int = 1;
+pub const GDR_API_MINOR_VERSION: c_int = 0;
+pub const GDR_API_VERSION: c_int =
+    (GDR_API_MAJOR_VERSION << MAJOR_VERSION_SHIFT) | GDR_API_MINOR_VERSION;
+pub const MINIMUM_GDRDRV_MAJOR_VERSION: c_int = 0;
+pub const MINIMUM_GDRDRV_MINOR_VERSION: c_int = 1;
+pub const MINIMUM_GDRDRV_VERSION: c_int =
+    (MINIMUM_GDRDRV_MAJOR_VERSION << MAJOR_VERSION_SHIFT) | MINIMUM_GDRDRV_MINOR_VERSION;
+pub const GPU_PAGE_SHIFT: c_int = 16;
+pub const GPU_PAGE_SIZE: c_ulong = 1 << GPU_PAGE_SHIFT;
+pub const GPU_PAGE_OFFSET: c_ulong = GPU_PAGE_SIZE - 1;
+pub const GPU_PAGE_MASK: c_ulong = !GPU_PAGE_OFFSET;
+
+const _: () = assert!(GDR_API_VERSION as u32 == crate::GDR_API_VERSION);
+const _: () = assert!(MINIMUM_GDRDRV_VERSION as u32 == crate::MINIMUM_GDRDRV_VERSION);
+const _: () = assert!(GPU_PAGE_SHIFT as u32 == crate::GPU_PAGE_SHIFT);
+
+/// The C enums: typedef name, tag, and enumerators. gdrapi.h writes them from this table; the
+/// functions take them as `c_int` (an out-of-range value from C must not be UB in Rust).
+pub const C_ENUMS: &[(&str, &str, &[(&str, c_int)])] = &[
+    (
+        "gdr_pin_flags_t",
+        "gdr_pin_flags",
+        &[("GDR_PIN_FLAG_DEFAULT", 0), ("GDR_PIN_FLAG_FORCE_PCIE", 1)],
+    ),
+    (
+        "gdr_mapping_type_t",
+        "gdr_mapping_type",
+        &[
+            ("GDR_MAPPING_TYPE_NONE", MappingType::None as c_int),
+            ("GDR_MAPPING_TYPE_WC", MappingType::WriteCombining as c_int),
+            ("GDR_MAPPING_TYPE_CACHING", MappingType::Caching as c_int),
+            ("GDR_MAPPING_TYPE_DEVICE", MappingType::Device as c_int),
+            ("GDR_MAPPING_TYPE_MAX", 4),
+        ],
+    ),
+    (
+        "gdr_map_flags_t",
+        "gdr_map_flags",
+        &[
+            ("GDR_MAP_FLAG_DEFAULT", MapRequest::Default as c_int),
+            (
+                "GDR_MAP_FLAG_REQ_WC_MAPPING",
+                MapRequest::WriteCombining as c_int,
+            ),
+            (
+                "GDR_MAP_FLAG_REQ_CACHE_MAPPING",
+                MapRequest::Caching as c_int,
+            ),
+            (
+                "GDR_MAP_FLAG_REQ_DEVICE_MAPPING",
+                MapRequest::Device as c_int,
+            ),
+        ],
+    ),
+    (
+        "gdr_attr_t",
+        "gdr_attr",
+        &[
+            (
+                "GDR_ATTR_USE_PERSISTENT_MAPPING",
+                Attribute::UsePersistentMapping as c_int,
+            ),
+            (
+                "GDR_ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE",
+                Attribute::SupportPinFlagForcePcie as c_int,
+            ),
+            (
+                "GDR_ATTR_USING_DMA_BUF_MMAP",
+                Attribute::UsingDmaBufMmap as c_int,
+            ),
+            ("GDR_ATTR_MAX", 4),
+        ],
+    ),
+];
+
+pub type gdr_mapping_type_t = c_int;
+pub type gdr_attr_t = c_int;
+
+/// An open device and the handles it owns. `gdr_t` in C.
+pub struct gdr {
+    gdr: Gdr,
+    memhs: Mutex<HashMap<u64, Memh>>,
+}
+
+pub type gdr_t = *mut gdr;
+
+struct Memh {
+    pin: PinnedBuffer,
+    mapping: Option<RawMapping>,
+}
+
+/// A pinned-buffer handle, passed by value. 0 is never a valid handle.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct gdr_mh_t {
+    pub h: c_ulong,
+}
+
+/// `gdr_info_v2_t`; `flags` holds the C bitfields `mapped:1` (bit 0) and `wc_mapping:1` (bit 1).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct gdr_info_v2 {
+    pub va: u64,
+    pub mapped_size: u64,
+    pub page_size: u32,
+    pub tm_cycles: u64,
+    pub cycles_per_ms: u32,
+    pub flags: c_uint,
+    pub mapping_type: gdr_mapping_type_t,
+}
+
+/// The 40-byte layout of libraries before `mapping_type`, for binaries built against them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct gdr_info_v1 {
+    pub va: u64,
+    pub mapped_size: u64,
+    pub page_size: u32,
+    pub tm_cycles: u64,
+    pub cycles_per_ms: u32,
+    pub flags: c_uint,
+}
+
+const _: () = assert!(std::mem::size_of::<gdr_mh_t>() == 8);
+const _: () = assert!(std::mem::size_of::<gdr_info_v2>() == 48);
+const _: () = assert!(std::mem::offset_of!(gdr_info_v2, cycles_per_ms) == 32);
+const _: () = assert!(std::mem::offset_of!(gdr_info_v2, flags) == 36);
+const _: () = assert!(std::mem::offset_of!(gdr_info_v2, mapping_type) == 40);
+const _: () = assert!(std::mem::size_of::<gdr_info_v1>() == 40);
+
+/// Runs `f`, turning a panic into `EIO` so that no unwind crosses into C.
+fn guard(f: impl FnOnce() -> Result<(), Error>) -> c_int {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => {
+            log::debug(format_args!("{e}"));
+            e.errno() as c_int
+        }
+        Err(_) => {
+            log::error(format_args!("internal error (panic) in libgdrapi"));
+            Errno::EIO as c_int
+        }
+    }
+}
+
+fn einval(call: &'static str) -> Error {
+    Error::new(call, Errno::EINVAL)
+}
+
+/// # Safety
+/// `g` is NULL or a live `gdr_t` from `gdr_open`.
+unsafe fn instance<'a>(g: gdr_t) -> Result<&'a gdr, Error> {
+    // SAFETY: guaranteed by the caller.
+    unsafe { g.as_ref() }.ok_or(einval("gdr_t"))
+}
+
+impl gdr {
+    fn memhs(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Memh>> {
+        self.memhs.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn with_memh<T>(
+        &self,
+        handle: gdr_mh_t,
+        f: impl FnOnce(&mut Memh) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let mut memhs = self.memhs();
+        let memh = memhs
+            .get_mut(&u64::from(handle.h))
+            .ok_or(einval("gdr_mh_t"))?;
+        f(memh)
+    }
+
+    fn add(&self, pin: PinnedBuffer) -> Result<gdr_mh_t, Error> {
+        let h = handles::allocate().ok_or(Error::new("gdr_pin_buffer", Errno::ENOMEM))?;
+        self.memhs().insert(h, Memh { pin, mapping: None });
+        Ok(gdr_mh_t { h: h as c_ulong })
+    }
+
+    /// Unmaps (in the opening process only) and unpins everything; returns the first error.
+    fn release_all(&self) -> Result<(), Error> {
+        let drained: Vec<(u64, Memh)> = self.memhs().drain().collect();
+        let in_opener = self.gdr.driver().in_opener();
+        let mut first_error = None;
+        for (h, mut memh) in drained {
+            handles::release(h);
+            if let Some(mut mapping) = memh.mapping.take() {
+                // SAFETY: the handle is retired, so no copy through it can start anymore.
+                if let Err(e) = unsafe { mapping.unmap() } {
+                    first_error.get_or_insert(e);
+                }
+            }
+            if in_opener {
+                if let Err(e) = memh.pin.unpin() {
+                    first_error.get_or_insert(e);
+                }
+            } else {
+                // The driver refuses a forked child; the parent still owns these pins.
+                std::mem::forget(memh.pin);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// Opens the device; NULL with errno set on failure (with logging on, one line says why).
+#[no_mangle]
+pub extern "C" fn gdr_open() -> gdr_t {
+    let result = catch_unwind(|| Gdr::open());
+    match result {
+        Ok(Ok(gdr_)) => Box::into_raw(Box::new(gdr {
+            gdr: gdr_,
+            memhs: Mutex::new(HashMap::new()),
+        })),
+        Ok(Err(e)) => {
+            Errno::set_raw(e.errno() as i32);
+            std::ptr::null_mut()
+        }
+        Err(_) => {
+            Errno::set_raw(Errno::EIO as i32);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// Unmaps and unpins everything `g` still owns, closes the device and frees `g` — always, even
+/// when an unpin fails (whose errno is then returned). In a forked child it only frees the
+/// child's copy: the pins belong to the parent.
+///
+/// # Safety
+/// `g` is NULL or a live `gdr_t`; it is invalid afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn gdr_close(g: gdr_t) -> c_int {
+    if g.is_null() {
+        return Errno::EINVAL as c_int;
+    }
+    // SAFETY: `g` came from `Box::into_raw` in `gdr_open` and is not used after this call.
+    let owned = unsafe { Box::from_raw(g) };
+    guard(move || owned.release_all())
+}
+
+/// Pins with upstream's legacy tokens, which mtgpu does not have: both must be 0.
+///
+/// # Safety
+/// `g` is a live `gdr_t`; `handle` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn gdr_pin_buffer(
+    g: gdr_t,
+    addr: c_ulong,
+    size: usize,
+    p2p_token: u64,
+    va_space: u32,
+    handle: *mut gdr_mh_t,
+) -> c_int {
+    guard(|| {
+        // SAFETY: guaranteed by the caller.
+        let g = unsafe { instance(g) }?;
+        // SAFETY: guaranteed by the caller.
+        let out = unsafe { handle.as_mut() }.ok_or(einval("gdr_pin_buffer"))?;
+        let pin = g
+            .gdr
+            .pin_with_tokens(addr as u64, size as u64, p2p_token, va_space)?;
+        *out = g.add(pin)?;
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `g` is a live `gdr_t`; `handle` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn gdr_pin_buffer_v2(
+    g: gdr_t,
+    addr: c_ulong,
+    size: usize,
+    flags: u32,
+    handle: *mut gdr_mh_t,
+) -> c_int {
+    guard(|| {
+        // SAFETY: guaranteed by the caller.
+        let g = unsafe { instance(g) }?;
+        // SAFETY: guaranteed by the caller.
+        let out = unsafe { handle.as_mut() }.ok_or(einval("gdr_pin_buffer_v2"))?;
+        let pin = g.gdr.pin(addr as u64, size as u64, PinFlags(flags))?;
+        *out = g.add(pin)?;
+        Ok(())
+    })
+}
+
+/// Unmaps the buffer if still mapped, then unpins it. The handle is retired even if the driver
+/// reports an error.
+///
+/// # Safety
+/// `g` is a live `gdr_t`.
+#[no_mangle]
+pub unsafe extern "C" fn gdr_unpin_buffer(g: gdr_t, handle: gdr_mh_t) -> c_int {
+    guard(|| {
+        // SAFETY: guaranteed by the caller.
+        let g = unsafe { instance(g) }?;
+        let mut memh = g
+            .memhs()
+            .remove(&u64::from(handle.h))
+            .ok_or(einval("gdr_unpin_buffer"))?;
+        handles::release(u64::from(handle.h));
+        if let Some(mut mapping) = memh.mapping.take() {
+            // SAFETY: the handle is retired, so no new copy can use the mapping.
+            unsafe { mapping.unmap() }?;
+        }
+        memh.pin.unpin()
+    })
+}
+
+/// Always 0 on mtgpu: there is no invalidation callback.
+///
+/// # Safety
+/// `g` is a live `gdr_t`; `flag` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn gdr_get_callback_flag(
+    g: gdr_t,
+    handle: gdr_mh_t,
+    flag: *mut c_int,
+) -> c_int {
+    guard(|| {
+        // SAFETY: guaranteed by the caller.
+        let g = unsafe { instance(g) }?;
+        // SAFETY: guaranteed by the caller.
+        let out = unsafe { flag.as_mut() }.ok_or(einval("gdr_get_callback_flag"))?;
+        *out = g.with_memh(handle, |m| m.pin.callback_flag())? as c_int;
+        Ok(())
+    })
+}
+
+fn info_of(g: &gdr, handle: gdr_mh_t) -> Result<gdr_info_v2, Error> {
+    let info = g.with_memh(handle, |m| m.pin.info())?;
+    Ok(gdr_info_v2 {
+        va: info.va,
+        mapped_size: info.mapped_size,
+        page_size: info.page_size,
+        tm_cycles: info.tm_cycles,
+        cycles_per_ms: info.cycles_per_ms,
+        flags: c_uint::from(info.mapped()) | c_uint::from(info.wc_mapping()) << 1,
+        mapping_type: info.mapping_type as gdr_mapping_type_t,
+    })
+}
+
+/// # Safety
+/// `g` is a live `gdr_t`; `info` is NULL or points to a writable `gdr_info_v2_t`.
+#[no_mangle]
+pub unsafe extern "C" fn gdr_get_info_v2(
+    g: gdr_t,
+    handle: gdr_mh_t,
+    info: *mut gdr_info_v2,
+) -> c_int {
+    guard(|| {
+        // SAFETY: guaranteed by the caller.
+        let g = unsafe { instance(g) }?;
+        // SAFETY: guaranteed by the caller.
+        let out = unsafe { info.as_mut() }.ok_or(einval("gdr_get_info_v2"))?;
+        *out = info_of(g, handle)?;
+        Ok(())
+    })
+}
+
+/// The 40-byte `gdr_info` of binaries built before `mapping_type` existed. New code reaches
+/// `gdr_get_info_v2` through the header's `gdr_get_info` macro.
+///
+/// # Safety
+/// `g` is a live `gdr_t`; `info` is NULL or points to a writable 40-byte `gdr_info_v1`.
+#[export_name = "gdr_get_info"]
+pub unsafe extern "C" fn gdr_get_info_v1(
+    g: gdr_t,
+    handle: gdr_mh_t,
+    info: *mut gdr_info_v1,
+) -> c_int {
+    guard(|| {
+        // SAFETY: guaranteed by the caller.
+        let g = unsafe { instance(g) }?;
+        // SAFETY: guaranteed by the caller.
+        let out = unsafe { info.as_mut() }.ok_or(einval("gdr_get_info"))?;
+        let v2 = info_of(g, handle)?;
+        *out = gdr_info_v1 {
+            va: v2.va,
+            mapped_size: v2.mapped_size,
+            page_size: v2.page_size,
+            tm_cycles: v2.tm_cycles,
+            cycles_per_ms: v2.cycles_per_ms,
+            flags: v2.flags,
+        };
+        Ok(())
+    })
+}
+
+/// # Safety
+/// As `gdr_map_v2`.
+#[no_mangle]
+pub unsafe extern "C" fn gdr_map(
+    g: gdr_t,
+    handle: gdr_mh_t,
+    va: *mut *mut c_void,
+    size: usize,
+) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { gdr_map_v2(g, handle, va, size, MapRequest::Default as c_int) }
+}
+
+/// Maps the first `size` bytes of a pinned buffer. One mapping per handle (`EAGAIN` if already
+/// mapped); the pinned address must be aligned to the pin granule (`info.page_size`), else
+/// `EINVAL`.
+///
+/// # Safety
+/// `g` is a live `gdr_t`; `va` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn gdr_map_v2(
+    g: gdr_t,
+    handle: gdr_mh_t,
+    va: *mut *mut c_void,
+    size: usize,
+    flags: c_int,
+) -> c_int {
+    guard(|| {
+        // SAFETY: guaranteed by the caller.
+        let g = unsafe { instance(g) }?;
+        // SAFETY: guaranteed by the caller.
+        let out = unsafe { va.as_mut() }.ok_or(einval("gdr_map"))?;
+        let request = MapRequest::from_raw(flags).ok_or(einval("gdr_map"))?;
+        g.with_memh(handle, |memh| {
+            if memh.mapping.is_some() {
+                return Err(Error::new("gdr_map", Errno::EAGAIN));
+            }
+            let mapping = memh.pin.map_raw(size, request)?;
+            handles::set_mapped(
+                u64::from(handle.h),
+                mapping.ptr().as_ptr() as usize,
+                mapping.len(),
+                mapping.mapping_type as u32,
+            );
+            *out = mapping.ptr().as_ptr().cast();
+            memh.mapping = Some(mapping);
+            Ok(())
+        })
+    })
+}
+
+/// Unmaps what `gdr_map` returned: `va` must be that address and `size` round up to the same
+/// length, else `EINVAL`.
+///
+/// # Safety
+/// `g` is a live `gdr_t`; no access through the mapping may follow.
+#[no_mangle]
+pub unsafe extern "C" fn gdr_unmap(
+    g: gdr_t,
+    handle: gdr_mh_t,
+    va: *mut c_void,
+    size: usize,
+) -> c_int {
+    guard(|| {
+        // SAFETY: guaranteed by the caller.
+        let g = unsafe { instance(g) }?;
+        let page = g.gdr.driver().page_size();
+        g.with_memh(handle, |memh| {
+            let mapping = memh.mapping.as_ref().ok_or(einval("gdr_unmap"))?;
+            let rounded = size.checked_add(page - 1).map(|s| s & !(page - 1));
+            if mapping.ptr().as_ptr().cast() != va || rounded != Some(mapping.len()) {
+                return Err(einval("gdr_unmap"));
+            }
+            handles::set_unmapped(u64::from(handle.h));
+            let mut mapping = memh.mapping.take().ok_or(einval("gdr_unmap"))?;
+            // SAFETY: the caller promises no further access; copies now see it unmapped.
+            unsafe { mapping.unmap() }
+        })
+    })
+}
+
+/// Checks a copy's handle and device range without a lock (see `handles`).
+fn device_range_ok(
+    handle: gdr_mh_t,
+    device: *const c_void,
+    host: *const c_void,
+    size: usize,
+) -> bool {
+    !device.is_null()
+        && !host.is_null()
+        && handles::mapping_contains(u64::from(handle.h), device as usize, size)
+}
+
+/// Host → device. `map_d_ptr .. + size` must lie inside the mapping of `handle`.
+///
+/// # Safety
+/// `h_ptr` is readable for `size` bytes; the mapping is not unmapped concurrently.
+#[no_mangle]
+pub unsafe extern "C" fn gdr_copy_to_mapping(
+    handle: gdr_mh_t,
+    map_d_ptr: *mut c_void,
+    h_ptr: *const c_void,
+    size: usize,
+) -> c_int {
+    if size == 0 {
+        return 0;
+    }
+    if !device_range_ok(handle, map_d_ptr, h_ptr, size) {
+        return Errno::EINVAL as c_int;
+    }
+    // SAFETY: the device range is inside a live mapping (checked) and the host range is valid
+    // (caller's guarantee).
+    unsafe { (copy::selected().to_device)(map_d_ptr.cast(), h_ptr.cast(), size) };
+    0
+}
+
+/// Device → host. `map_d_ptr .. + size` must lie inside the mapping of `handle`.
+///
+/// # Safety
+/// `h_ptr` is writable for `size` bytes; the mapping is not unmapped concurrently.
+#[no_mangle]
+pub unsafe extern "C" fn gdr_copy_from_mapping(
+    handle: gdr_mh_t,
+    h_ptr: *mut c_void,
+    map_d_ptr: *const c_void,
+    size: usize,
+) -> c_int {
+    if size == 0 {
+        return 0;
+    }
+    if !device_range_ok(handle, map_d_ptr, h_ptr, size) {
+        return Errno::EINVAL as c_int;
+    }
+    // SAFETY: as in `gdr_copy_to_mapping`, with the roles swapped.
+    unsafe { (copy::selected().from_device)(h_ptr.cast(), map_d_ptr.cast(), size) };
+    0
+}
+
+/// # Safety
+/// Each pointer is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn gdr_runtime_get_version(major: *mut c_int, minor: *mut c_int) {
+    // SAFETY: guaranteed by the caller.
+    if let Some(m) = unsafe { major.as_mut() } {
+        *m = GDR_API_MAJOR_VERSION;
+    }
+    // SAFETY: guaranteed by the caller.
+    if let Some(m) = unsafe { minor.as_mut() } {
+        *m = GDR_API_MINOR_VERSION;
+    }
+}
+
+/// # Safety
+/// `g` is a live `gdr_t`; each pointer is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn gdr_driver_get_version(
+    g: gdr_t,
+    major: *mut c_int,
+    minor: *mut c_int,
+) -> c_int {
+    guard(|| {
+        // SAFETY: guaranteed by the caller.
+        let g = unsafe { instance(g) }?;
+        // SAFETY: guaranteed by the caller.
+        let (major, minor) = unsafe { (major.as_mut(), minor.as_mut()) };
+        let (Some(major), Some(minor)) = (major, minor) else {
+            return Err(einval("gdr_driver_get_version"));
+        };
+        let (ma, mi) = g.gdr.driver_version();
+        (*major, *minor) = (ma as c_int, mi as c_int);
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `g` is a live `gdr_t`; `v` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn gdr_get_attribute(g: gdr_t, attr: gdr_attr_t, v: *mut c_int) -> c_int {
+    guard(|| {
+        // SAFETY: guaranteed by the caller.
+        let g = unsafe { instance(g) }?;
+        // SAFETY: guaranteed by the caller.
+        let out = unsafe { v.as_mut() }.ok_or(einval("gdr_get_attribute"))?;
+        *out = 0;
+        let attr = Attribute::from_raw(attr).ok_or(einval("gdr_get_attribute"))?;
+        *out = g.gdr.attribute(attr)? as c_int;
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `type_str` is NULL or writable; the string it receives is static.
+#[no_mangle]
+pub unsafe extern "C" fn gdr_get_mapping_type_string(
+    mapping_type: gdr_mapping_type_t,
+    type_str: *mut *const c_char,
+) -> c_int {
+    // SAFETY: guaranteed by the caller.
+    let Some(out) = (unsafe { type_str.as_mut() }) else {
+        return Errno::EINVAL as c_int;
+    };
+    let Some(t) = u32::try_from(mapping_type)
+        .ok()
+        .and_then(MappingType::from_raw)
+    else {
+        return Errno::EINVAL as c_int;
+    };
+    *out = match t {
+        MappingType::None => c"None",
+        MappingType::WriteCombining => c"Write Combining",
+        MappingType::Caching => c"Caching",
+        MappingType::Device => c"Device",
+    }
+    .as_ptr();
+    0
+}

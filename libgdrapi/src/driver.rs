@@ -1,0 +1,308 @@
+//! The ioctl/mmap backend over `/dev/mtgdrdrv`. Thin on purpose: every call is one syscall with
+//! the ABI crate's structs, so tests against the real module exercise the real thing.
+
+use std::ffi::c_void;
+use std::num::NonZeroUsize;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::ptr::NonNull;
+
+use mtgdrdrv::*;
+use nix::errno::Errno;
+use nix::fcntl::{open, OFlag};
+use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
+use nix::sys::stat::Mode;
+use nix::unistd::{getpid, Pid};
+
+use crate::error::{Error, Result};
+use crate::{log, GDR_API_VERSION, MINIMUM_GDRDRV_VERSION};
+
+/// The device node, created by udev when the module loads.
+pub const DEVICE_PATH: &str = "/dev/mtgdrdrv";
+
+// Upstream encodes a pointer size in seven of the commands, so nix's size-deriving macros cannot
+// express them: the `_bad` forms take the exact command value.
+nix::ioctl_readwrite_bad!(
+    ioc_pin_buffer,
+    GDRDRV_IOC_PIN_BUFFER,
+    GDRDRV_IOC_PIN_BUFFER_PARAMS
+);
+nix::ioctl_readwrite_bad!(
+    ioc_pin_buffer_v2,
+    GDRDRV_IOC_PIN_BUFFER_V2,
+    GDRDRV_IOC_PIN_BUFFER_V2_PARAMS
+);
+nix::ioctl_readwrite_bad!(
+    ioc_unpin_buffer,
+    GDRDRV_IOC_UNPIN_BUFFER,
+    GDRDRV_IOC_UNPIN_BUFFER_PARAMS
+);
+nix::ioctl_readwrite_bad!(
+    ioc_get_cb_flag,
+    GDRDRV_IOC_GET_CB_FLAG,
+    GDRDRV_IOC_GET_CB_FLAG_PARAMS
+);
+nix::ioctl_readwrite_bad!(
+    ioc_get_info,
+    GDRDRV_IOC_GET_INFO,
+    GDRDRV_IOC_GET_INFO_PARAMS
+);
+nix::ioctl_readwrite_bad!(
+    ioc_get_info_v2,
+    GDRDRV_IOC_GET_INFO_V2,
+    GDRDRV_IOC_GET_INFO_V2_PARAMS
+);
+nix::ioctl_readwrite_bad!(
+    ioc_get_attr,
+    GDRDRV_IOC_GET_ATTR,
+    GDRDRV_IOC_GET_ATTR_PARAMS
+);
+nix::ioctl_readwrite_bad!(
+    ioc_req_mapping_type,
+    GDRDRV_IOC_REQ_MAPPING_TYPE,
+    GDRDRV_IOC_REQ_MAPPING_TYPE_PARAMS
+);
+nix::ioctl_readwrite_bad!(
+    ioc_get_version,
+    GDRDRV_IOC_GET_VERSION,
+    GDRDRV_IOC_GET_VERSION_PARAMS
+);
+
+/// One open file of the device.
+pub(crate) struct Driver {
+    fd: OwnedFd,
+    version: u32,
+    page_size: usize,
+    /// The driver serves only the process that opened the file; a forked child must not touch
+    /// the parent's mappings (they are not inherited, and the addresses may be reused).
+    opener: Pid,
+}
+
+/// Issues one ioctl; `what` names it in the error.
+macro_rules! ioctl {
+    ($self:ident, $f:ident, $what:literal, $params:expr) => {{
+        let params = $params;
+        // SAFETY: `params` is a live, exclusively borrowed `#[repr(C)]` struct of exactly the
+        // type the command copies in and out; the fd is open for the lifetime of `self`.
+        unsafe { $f($self.fd.as_raw_fd(), params) }
+            .map(|_| ())
+            .map_err(|e| Error::new(concat!("ioctl(", $what, ")"), e))
+    }};
+}
+
+impl Driver {
+    pub fn open() -> Result<Driver> {
+        let fd =
+            open(DEVICE_PATH, OFlag::O_RDWR | OFlag::O_CLOEXEC, Mode::empty()).map_err(|e| {
+                explain_open_failure(e);
+                Error::new("open(/dev/mtgdrdrv)", e)
+            })?;
+        // SAFETY: `open` returned a new descriptor that nothing else owns.
+        let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        let page_size = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+            .ok()
+            .flatten()
+            .and_then(|v| usize::try_from(v).ok())
+            .filter(|v| v.is_power_of_two())
+            .ok_or(Error::new("sysconf(PAGE_SIZE)", Errno::EINVAL))?;
+        let mut driver = Driver {
+            fd,
+            version: 0,
+            page_size,
+            opener: getpid(),
+        };
+        driver.version = driver.handshake()?;
+        Ok(driver)
+    }
+
+    /// Library 1.x accepts driver 0.x with minor ≥ its minimum, and only when the driver
+    /// accepts this library; anything else is refused naming both versions.
+    fn handshake(&self) -> Result<u32> {
+        let mut params = GDRDRV_IOC_GET_VERSION_PARAMS::default();
+        ioctl!(self, ioc_get_version, "GET_VERSION", &mut params).inspect_err(|e| {
+            log::error(format_args!(
+                "{DEVICE_PATH} did not answer GET_VERSION ({e}): it is not mtgdrdrv, or too old"
+            ))
+        })?;
+        let drv = params.gdrdrv_version;
+        let min_lib = params.minimum_gdr_api_version;
+        let refuse = |why: std::fmt::Arguments<'_>| {
+            log::error(format_args!(
+                "driver mtgdrdrv {}.{} and library libgdrapi {}.{} are incompatible: {why}",
+                major(drv),
+                minor(drv),
+                major(GDR_API_VERSION),
+                minor(GDR_API_VERSION)
+            ));
+            Error::new("version handshake", Errno::EPROTO)
+        };
+        if major(drv) != major(MINIMUM_GDRDRV_VERSION) {
+            return Err(refuse(format_args!(
+                "this library supports driver major {} only; install matching packages",
+                major(MINIMUM_GDRDRV_VERSION)
+            )));
+        }
+        if drv < MINIMUM_GDRDRV_VERSION {
+            return Err(refuse(format_args!(
+                "the driver is older than {}.{}; upgrade mtgdrdrv-dkms",
+                major(MINIMUM_GDRDRV_VERSION),
+                minor(MINIMUM_GDRDRV_VERSION)
+            )));
+        }
+        if min_lib > GDR_API_VERSION {
+            return Err(refuse(format_args!(
+                "the driver needs libgdrapi {}.{} or newer; upgrade libgdrapi",
+                major(min_lib),
+                minor(min_lib)
+            )));
+        }
+        log::info(format_args!(
+            "mtgdrdrv {}.{} (accepts libgdrapi >= {}.{})",
+            major(drv),
+            minor(drv),
+            major(min_lib),
+            minor(min_lib)
+        ));
+        Ok(drv)
+    }
+
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    /// Whether the calling process is the one that opened the device.
+    pub fn in_opener(&self) -> bool {
+        getpid() == self.opener
+    }
+
+    pub fn supports(&self, since: u32) -> bool {
+        self.version >= since
+    }
+
+    pub fn pin_v1(&self, addr: u64, size: u64, p2p_token: u64, va_space: u32) -> Result<u64> {
+        let mut p = GDRDRV_IOC_PIN_BUFFER_PARAMS {
+            addr,
+            size,
+            p2p_token,
+            va_space,
+            ..Default::default()
+        };
+        ioctl!(self, ioc_pin_buffer, "PIN_BUFFER", &mut p)?;
+        Ok(p.handle)
+    }
+
+    pub fn pin_v2(&self, addr: u64, size: u64, flags: u32) -> Result<u64> {
+        let mut p = GDRDRV_IOC_PIN_BUFFER_V2_PARAMS {
+            addr,
+            size,
+            flags,
+            ..Default::default()
+        };
+        ioctl!(self, ioc_pin_buffer_v2, "PIN_BUFFER_V2", &mut p)?;
+        Ok(p.handle)
+    }
+
+    pub fn unpin(&self, handle: u64) -> Result<()> {
+        let mut p = GDRDRV_IOC_UNPIN_BUFFER_PARAMS { handle };
+        ioctl!(self, ioc_unpin_buffer, "UNPIN_BUFFER", &mut p)
+    }
+
+    pub fn callback_flag(&self, handle: u64) -> Result<u32> {
+        let mut p = GDRDRV_IOC_GET_CB_FLAG_PARAMS {
+            handle,
+            ..Default::default()
+        };
+        ioctl!(self, ioc_get_cb_flag, "GET_CB_FLAG", &mut p)?;
+        Ok(p.flag)
+    }
+
+    pub fn info_v1(&self, handle: u64) -> Result<GDRDRV_IOC_GET_INFO_PARAMS> {
+        let mut p = GDRDRV_IOC_GET_INFO_PARAMS {
+            handle,
+            ..Default::default()
+        };
+        ioctl!(self, ioc_get_info, "GET_INFO", &mut p)?;
+        Ok(p)
+    }
+
+    pub fn info_v2(&self, handle: u64) -> Result<GDRDRV_IOC_GET_INFO_V2_PARAMS> {
+        let mut p = GDRDRV_IOC_GET_INFO_V2_PARAMS {
+            handle,
+            ..Default::default()
+        };
+        ioctl!(self, ioc_get_info_v2, "GET_INFO_V2", &mut p)?;
+        Ok(p)
+    }
+
+    pub fn attr(&self, attr: u32) -> Result<u32> {
+        let mut p = GDRDRV_IOC_GET_ATTR_PARAMS { attr, val: 0 };
+        ioctl!(self, ioc_get_attr, "GET_ATTR", &mut p)?;
+        Ok(p.val)
+    }
+
+    pub fn req_mapping_type(&self, handle: u64, mapping_type: u32) -> Result<()> {
+        let mut p = GDRDRV_IOC_REQ_MAPPING_TYPE_PARAMS {
+            handle,
+            mapping_type,
+            _pad: 0,
+        };
+        ioctl!(self, ioc_req_mapping_type, "REQ_MAPPING_TYPE", &mut p)
+    }
+
+    /// Maps `len` bytes (a multiple of the host page) of the pin `handle`, shared, read/write.
+    pub fn mmap(&self, handle: u64, len: usize) -> Result<NonNull<u8>> {
+        let len = NonZeroUsize::new(len).ok_or(Error::new("mmap", Errno::EINVAL))?;
+        // The module finds the pin from the offset: handle << PAGE_SHIFT.
+        let offset = handle
+            .checked_mul(self.page_size as u64)
+            .and_then(|o| i64::try_from(o).ok())
+            .ok_or(Error::new("mmap", Errno::EOVERFLOW))?;
+        // SAFETY: a fresh shared mapping chosen by the kernel (no address hint), so no existing
+        // memory is replaced; the descriptor is open.
+        let ptr = unsafe {
+            mmap(
+                None,
+                len,
+                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                MapFlags::MAP_SHARED,
+                &self.fd,
+                offset as libc::off_t,
+            )
+        }
+        .map_err(|e| Error::new("mmap", e))?;
+        Ok(ptr.cast())
+    }
+
+    /// Unmaps a mapping made by [`Driver::mmap`]; in a forked child, where the mapping was not
+    /// inherited and the range may hold something else now, it does nothing.
+    ///
+    /// # Safety
+    /// `ptr`/`len` must be exactly a live mapping returned by `mmap` on this driver, and no
+    /// reference into it may be used afterwards.
+    pub unsafe fn munmap(&self, ptr: NonNull<u8>, len: usize) -> Result<()> {
+        if !self.in_opener() {
+            return Ok(());
+        }
+        // SAFETY: guaranteed by the caller.
+        unsafe { munmap(ptr.cast::<c_void>(), len) }.map_err(|e| Error::new("munmap", e))
+    }
+}
+
+/// One line that says what to do, for the failures users actually hit.
+fn explain_open_failure(errno: Errno) {
+    match errno {
+        Errno::ENOENT | Errno::ENXIO | Errno::ENODEV => log::error(format_args!(
+            "{DEVICE_PATH} does not exist: the mtgdrdrv module is not loaded. Load the mtgpu driver, \
+             then `modprobe mtgdrdrv` (package mtgdrdrv-dkms)"
+        )),
+        Errno::EACCES | Errno::EPERM => log::error(format_args!(
+            "permission denied on {DEVICE_PATH}: the device is readable and writable by the \
+             'render' group (udev rule 60-mtgdrdrv.rules); add the user to that group or pass \
+             the device into the container"
+        )),
+        e => log::error(format_args!("cannot open {DEVICE_PATH}: {}", e.desc())),
+    }
+}
