@@ -34,9 +34,12 @@ const _: () = assert!(GDR_API_VERSION as u32 == crate::GDR_API_VERSION);
 const _: () = assert!(MINIMUM_GDRDRV_VERSION as u32 == crate::MINIMUM_GDRDRV_VERSION);
 const _: () = assert!(GPU_PAGE_SHIFT as u32 == crate::GPU_PAGE_SHIFT);
 
+/// A C enum: typedef name, tag, enumerators.
+pub type CEnum = (&'static str, &'static str, &'static [(&'static str, c_int)]);
+
 /// The C enums: typedef name, tag, and enumerators. gdrapi.h writes them from this table; the
 /// functions take them as `c_int` (an out-of-range value from C must not be UB in Rust).
-pub const C_ENUMS: &[(&str, &str, &[(&str, c_int)])] = &[
+pub const C_ENUMS: &[CEnum] = &[
     (
         "gdr_pin_flags_t",
         "gdr_pin_flags",
@@ -141,6 +144,14 @@ pub struct gdr_info_v1 {
     pub flags: c_uint,
 }
 
+impl gdr_mh_t {
+    fn key(self) -> u64 {
+        self.h
+    }
+}
+
+// gdrapi.h passes addresses and handles as `unsigned long`: 64 bits on the LP64 targets we build.
+const _: () = assert!(std::mem::size_of::<c_ulong>() == 8);
 const _: () = assert!(std::mem::size_of::<gdr_mh_t>() == 8);
 const _: () = assert!(std::mem::size_of::<gdr_info_v2>() == 48);
 const _: () = assert!(std::mem::offset_of!(gdr_info_v2, cycles_per_ms) == 32);
@@ -185,9 +196,7 @@ impl gdr {
         f: impl FnOnce(&mut Memh) -> Result<T, Error>,
     ) -> Result<T, Error> {
         let mut memhs = self.memhs();
-        let memh = memhs
-            .get_mut(&u64::from(handle.h))
-            .ok_or(einval("gdr_mh_t"))?;
+        let memh = memhs.get_mut(&handle.key()).ok_or(einval("gdr_mh_t"))?;
         f(memh)
     }
 
@@ -226,7 +235,7 @@ impl gdr {
 /// Opens the device; NULL with errno set on failure (with logging on, one line says why).
 #[no_mangle]
 pub extern "C" fn gdr_open() -> gdr_t {
-    let result = catch_unwind(|| Gdr::open());
+    let result = catch_unwind(Gdr::open);
     match result {
         Ok(Ok(gdr_)) => Box::into_raw(Box::new(gdr {
             gdr: gdr_,
@@ -279,7 +288,7 @@ pub unsafe extern "C" fn gdr_pin_buffer(
         let out = unsafe { handle.as_mut() }.ok_or(einval("gdr_pin_buffer"))?;
         let pin = g
             .gdr
-            .pin_with_tokens(addr as u64, size as u64, p2p_token, va_space)?;
+            .pin_with_tokens(addr, size as u64, p2p_token, va_space)?;
         *out = g.add(pin)?;
         Ok(())
     })
@@ -300,7 +309,7 @@ pub unsafe extern "C" fn gdr_pin_buffer_v2(
         let g = unsafe { instance(g) }?;
         // SAFETY: guaranteed by the caller.
         let out = unsafe { handle.as_mut() }.ok_or(einval("gdr_pin_buffer_v2"))?;
-        let pin = g.gdr.pin(addr as u64, size as u64, PinFlags(flags))?;
+        let pin = g.gdr.pin(addr, size as u64, PinFlags(flags))?;
         *out = g.add(pin)?;
         Ok(())
     })
@@ -318,9 +327,9 @@ pub unsafe extern "C" fn gdr_unpin_buffer(g: gdr_t, handle: gdr_mh_t) -> c_int {
         let g = unsafe { instance(g) }?;
         let mut memh = g
             .memhs()
-            .remove(&u64::from(handle.h))
+            .remove(&handle.key())
             .ok_or(einval("gdr_unpin_buffer"))?;
-        handles::release(u64::from(handle.h));
+        handles::release(handle.key());
         if let Some(mut mapping) = memh.mapping.take() {
             // SAFETY: the handle is retired, so no new copy can use the mapping.
             unsafe { mapping.unmap() }?;
@@ -448,7 +457,7 @@ pub unsafe extern "C" fn gdr_map_v2(
             }
             let mapping = memh.pin.map_raw(size, request)?;
             handles::set_mapped(
-                u64::from(handle.h),
+                handle.key(),
                 mapping.ptr().as_ptr() as usize,
                 mapping.len(),
                 mapping.mapping_type as u32,
@@ -482,7 +491,7 @@ pub unsafe extern "C" fn gdr_unmap(
             if mapping.ptr().as_ptr().cast() != va || rounded != Some(mapping.len()) {
                 return Err(einval("gdr_unmap"));
             }
-            handles::set_unmapped(u64::from(handle.h));
+            handles::set_unmapped(handle.key());
             let mut mapping = memh.mapping.take().ok_or(einval("gdr_unmap"))?;
             // SAFETY: the caller promises no further access; copies now see it unmapped.
             unsafe { mapping.unmap() }
@@ -499,7 +508,7 @@ fn device_range_ok(
 ) -> bool {
     !device.is_null()
         && !host.is_null()
-        && handles::mapping_contains(u64::from(handle.h), device as usize, size)
+        && handles::mapping_contains(handle.key(), device as usize, size)
 }
 
 /// Host → device. `map_d_ptr .. + size` must lie inside the mapping of `handle`.

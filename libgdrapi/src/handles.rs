@@ -11,7 +11,7 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 const SEGMENT_LEN: usize = 4096;
 const SEGMENTS: usize = 256;
 /// At most this many handles exist at once, process-wide.
-pub const MAX_LIVE_HANDLES: usize = SEGMENT_LEN * SEGMENTS;
+pub(crate) const MAX_LIVE_HANDLES: usize = SEGMENT_LEN * SEGMENTS;
 
 const LIVE: u64 = 1 << 8;
 const TYPE_MASK: u64 = 0xff;

@@ -36,6 +36,9 @@ pub const MINIMUM_GDRDRV_VERSION: u32 =
     mtgdrdrv::pack(MINIMUM_GDRDRV_MAJOR_VERSION, MINIMUM_GDRDRV_MINOR_VERSION);
 
 /// The GPU page: pins are rounded to it, like upstream's, so `info.va` keeps its meaning.
+/// The package version, which names the shared library file (`libgdrapi.so.<VERSION>`).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
 pub const GPU_PAGE_SHIFT: u32 = 16;
 pub const GPU_PAGE_SIZE: u64 = 1 << GPU_PAGE_SHIFT;
 
@@ -43,3 +46,20 @@ const _: () = assert!(
     GDR_API_MAJOR_VERSION == 1,
     "the soname (build.rs) follows the major"
 );
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn package_version_matches_the_api_version() {
+        let expected = format!(
+            "{}.{}.",
+            super::GDR_API_MAJOR_VERSION,
+            super::GDR_API_MINOR_VERSION
+        );
+        assert!(
+            super::VERSION.starts_with(&expected),
+            "{} vs {expected}",
+            super::VERSION
+        );
+    }
+}

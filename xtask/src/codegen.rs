@@ -195,7 +195,7 @@ fn uapi_config(guard: &str, source: &str, summary: &str, types: &[&str]) -> cbin
 }
 
 /// Appends `#define`s inside the include guard that cbindgen closes the file with.
-fn insert_defines(body: &str, defines: &str) -> Result<String> {
+pub fn insert_defines(body: &str, defines: &str) -> Result<String> {
     let Some(pos) = body.rfind("#endif") else {
         bail!("cbindgen output lacks the include guard");
     };

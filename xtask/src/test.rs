@@ -1,8 +1,187 @@
-use anyhow::Result;
+//! `cargo xtask test`: every test the project has, in order, each step timed, then a summary
+//! line (`N passed, N failed`). Steps after a failure still run, so one report shows everything.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, ensure, Context, Result};
+use xshell::{cmd, Shell};
+
+use crate::{codegen, paths};
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Skip the steps that boot QEMU (the kernel module tests).
+    #[arg(long)]
+    pub no_vm: bool,
+}
 
-pub fn run(_args: Args) -> Result<()> {
+type Step<'a> = (&'static str, Box<dyn Fn(&Shell) -> Result<()> + 'a>);
+
+pub fn run(args: Args) -> Result<()> {
+    let sh = Shell::new()?;
+    sh.change_dir(paths::root());
+    let mut steps: Vec<Step> = vec![
+        ("cargo fmt --check", Box::new(fmt)),
+        (
+            "codegen freshness",
+            Box::new(|_: &Shell| codegen::run(true)),
+        ),
+        ("clippy -D warnings", Box::new(clippy)),
+        ("unit and integration tests", Box::new(unit_tests)),
+        ("libgdrapi.so exports and soname", Box::new(shared_library)),
+        ("gdrapi.h C and C++ compile test", Box::new(header_test)),
+    ];
+    let _ = args.no_vm;
+
+    let mut failed = Vec::new();
+    for (name, step) in &steps {
+        eprintln!("==> {name}");
+        let start = Instant::now();
+        let result = step(&sh);
+        let secs = start.elapsed().as_secs_f64();
+        match result {
+            Ok(()) => eprintln!("    ok: {name} ({secs:.1} s)"),
+            Err(e) => {
+                eprintln!("    FAILED: {name} ({secs:.1} s): {e:#}");
+                failed.push(*name);
+            }
+        }
+    }
+    println!(
+        "xtask: {} passed, {} failed",
+        steps.len() - failed.len(),
+        failed.len()
+    );
+    if !failed.is_empty() {
+        bail!("failed steps: {}", failed.join(", "));
+    }
+    Ok(())
+}
+
+fn fmt(sh: &Shell) -> Result<()> {
+    cmd!(sh, "cargo fmt --all -- --check").run()?;
+    Ok(())
+}
+
+fn clippy(sh: &Shell) -> Result<()> {
+    cmd!(
+        sh,
+        "cargo clippy --quiet --workspace --all-targets -- -D warnings"
+    )
+    .run()?;
+    Ok(())
+}
+
+fn unit_tests(sh: &Shell) -> Result<()> {
+    cmd!(sh, "cargo test --quiet --workspace").run()?;
+    Ok(())
+}
+
+/// Builds the release library and stages it under build/lib with its real name
+/// (`libgdrapi.so.1.0.0`), the soname link and the development link; returns that directory.
+pub fn build_library(sh: &Shell) -> Result<PathBuf> {
+    cmd!(sh, "cargo build --quiet --release -p libgdrapi").run()?;
+    let target = paths::root().join("target/release");
+    let lib = paths::build_dir().join("lib");
+    std::fs::create_dir_all(&lib)?;
+    let version = gdrapi_version();
+    let real = format!("libgdrapi.so.{version}");
+    let soname = format!("libgdrapi.so.{}", gdrapi::GDR_API_MAJOR_VERSION);
+    std::fs::copy(target.join("libgdrapi.so"), lib.join(&real))?;
+    std::fs::copy(target.join("libgdrapi.a"), lib.join("libgdrapi.a"))?;
+    for (link, to) in [
+        (soname.as_str(), real.as_str()),
+        ("libgdrapi.so", soname.as_str()),
+    ] {
+        let path = lib.join(link);
+        let _ = std::fs::remove_file(&path);
+        std::os::unix::fs::symlink(to, &path)
+            .with_context(|| format!("linking {}", path.display()))?;
+    }
+    Ok(lib)
+}
+
+/// The library's package version, which names its real file.
+pub fn gdrapi_version() -> &'static str {
+    gdrapi::VERSION
+}
+
+/// The exact C API of gdrapi.h (plus the legacy `gdr_get_info` symbol): nothing more leaks.
+const EXPORTED: &[&str] = &[
+    "gdr_close",
+    "gdr_copy_from_mapping",
+    "gdr_copy_to_mapping",
+    "gdr_driver_get_version",
+    "gdr_get_attribute",
+    "gdr_get_callback_flag",
+    "gdr_get_info",
+    "gdr_get_info_v2",
+    "gdr_get_mapping_type_string",
+    "gdr_map",
+    "gdr_map_v2",
+    "gdr_open",
+    "gdr_pin_buffer",
+    "gdr_pin_buffer_v2",
+    "gdr_runtime_get_version",
+    "gdr_unmap",
+    "gdr_unpin_buffer",
+];
+
+fn shared_library(sh: &Shell) -> Result<()> {
+    let so = build_library(sh)?.join(format!("libgdrapi.so.{}", gdrapi_version()));
+    let nm = cmd!(sh, "nm -D --defined-only {so}").read()?;
+    let mut symbols: Vec<&str> = nm
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (_, kind, name) = (f.next()?, f.next()?, f.next()?);
+            (kind == "T" || kind == "D" || kind == "B" || kind == "R").then_some(name)
+        })
+        .collect();
+    symbols.sort_unstable();
+    ensure!(
+        symbols == EXPORTED,
+        "exported symbols differ from the gdrapi.h API:\n  got:      {symbols:?}\n  expected: {EXPORTED:?}"
+    );
+    let dynamic = cmd!(sh, "readelf -d {so}").read()?;
+    ensure!(
+        dynamic.contains("Library soname: [libgdrapi.so.1]"),
+        "soname is not libgdrapi.so.1:\n{dynamic}"
+    );
+    let header = std::fs::read_to_string(paths::root().join("libgdrapi/include/gdrapi.h"))?;
+    for name in EXPORTED {
+        ensure!(
+            header.contains(&format!("{name}(")) || *name == "gdr_get_info",
+            "gdrapi.h lacks {name}"
+        );
+    }
+    Ok(())
+}
+
+fn header_test(sh: &Shell) -> Result<()> {
+    let lib_dir = build_library(sh)?;
+    let src = paths::root().join("libgdrapi/tests/c");
+    let include = paths::root().join("libgdrapi/include");
+    let out = paths::build_dir().join("header-test");
+    std::fs::create_dir_all(&out)?;
+    let flags = ["-Wall", "-Wextra", "-Werror", "-pedantic"];
+    for (compiler, std, file) in [
+        ("cc", "-std=c11", "header_test.c"),
+        ("c++", "-std=c++11", "header_test.cpp"),
+    ] {
+        let exe = out.join(file.replace('.', "_"));
+        let source = src.join(file);
+        cmd!(sh, "{compiler} {std} {flags...} -I{include} {source} -L{lib_dir} -lgdrapi -Wl,-rpath,{lib_dir} -o {exe}")
+            .run()
+            .with_context(|| format!("compiling {file}"))?;
+        run_header_test(sh, &exe)?;
+    }
+    Ok(())
+}
+
+fn run_header_test(sh: &Shell, exe: &Path) -> Result<()> {
+    let output = cmd!(sh, "{exe}").read()?;
+    ensure!(output.contains("header test passed"), "{output}");
     Ok(())
 }

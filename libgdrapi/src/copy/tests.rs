@@ -18,7 +18,7 @@ impl Arena {
     fn new(len: usize) -> Self {
         let storage = vec![0u8; len + 2 * GUARD + 64 + 4096];
         let start = storage.as_ptr() as usize + GUARD;
-        let base = (start + 4095) / 4096 * 4096 - storage.as_ptr() as usize;
+        let base = start.div_ceil(4096) * 4096 - storage.as_ptr() as usize;
         Arena { storage, base }
     }
     fn ptr_at(&mut self, misalign: usize) -> *mut u8 {

@@ -1,8 +1,123 @@
-//! libgdrapi/include/gdrapi.h
+//! `libgdrapi/include/gdrapi.h`: prototypes and `#define`s by cbindgen from `libgdrapi/src/capi.rs`;
+//! the enums from `capi::C_ENUMS` and the info structs (C bitfields, which cbindgen cannot
+//! express) written here. Their layouts are asserted on both sides: `capi.rs` at compile time
+//! and the C/C++ header test with `_Static_assert`/`static_assert`.
+
+use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::Result;
+use gdrapi::capi::C_ENUMS;
 
-pub fn header(_root: &Path) -> Result<String> {
-    Ok(String::new())
+use super::{banner, insert_defines, run_cbindgen};
+
+const OVERVIEW: &str = r#"/*
+ * gdrapi.h: GDRCopy for Moore Threads GPUs, API 1.0.
+ *
+ * Pin MUSA device memory (gdr_pin_buffer_v2), map it into the process (gdr_map) and copy with
+ * CPU loads and stores (gdr_copy_to_mapping / gdr_copy_from_mapping). Every int-returning
+ * function returns 0 on success or a positive errno.
+ *
+ * Differences from NVIDIA GDRCopy 2.x that callers may notice:
+ *  - Device node /dev/mtgdrdrv (module mtgdrdrv 0.x); library 1.x works with every driver 0.x
+ *    whose minor is at least MINIMUM_GDRDRV_MINOR_VERSION. gdr_open fails with EPROTO when the
+ *    versions do not accept each other (with GDRCOPY_ENABLE_LOGGING set it names both).
+ *  - Threads: a gdr_t may be used from many threads at once. Copies take no lock and make no
+ *    system call; a copy racing gdr_unmap/gdr_unpin_buffer of the same handle is the caller's
+ *    bug (it may fault), as with any use-after-free.
+ *  - Handles: gdr_mh_t.h is an opaque, never-zero value. A handle of another gdr_t, or one that
+ *    was unpinned, is refused with EINVAL; a copy whose device range is not inside the handle's
+ *    live mapping is refused with EINVAL.
+ *  - Pins never get invalidated: mtgpu has no free callback, so a pin holds its memory until it
+ *    is unpinned, even if the allocation is freed (GDR_ATTR_USE_PERSISTENT_MAPPING is 1 and
+ *    gdr_get_callback_flag always reports 0). GDR_PIN_FLAG_FORCE_PCIE is not supported (EINVAL).
+ *  - Pin granule: a pin is rounded to 64 KiB GPU pages (info.va rounded down, info.mapped_size
+ *    rounded up, info.page_size 65536). When the allocation is not 64 KiB aligned and sized, so
+ *    that the rounded range would leave it, the driver pins the range rounded to the host page
+ *    instead and reports info.page_size = that granule; info.va and mapped_size then follow it.
+ *    Either way gdr_map needs the pinned address to be aligned to info.page_size (else EINVAL),
+ *    and map_ptr + (addr - info.va) addresses addr.
+ *  - Mappings are write-combining by default; GDR_MAP_FLAG_REQ_DEVICE_MAPPING gives an uncached
+ *    mapping, GDR_MAP_FLAG_REQ_CACHE_MAPPING is refused (EOPNOTSUPP: BAR memory is not coherent).
+ *    One mapping per handle (EAGAIN); gdr_unmap needs the address and size given to gdr_map.
+ *  - gdr_close unmaps and unpins everything the gdr_t still owns and always frees it.
+ *  - fork: the child inherits no mapping and the driver refuses its ioctls (EACCES). The child
+ *    may call gdr_close on an inherited gdr_t (it frees the child's copy without touching the
+ *    parent's pins) and gdr_open for its own; nothing else.
+ *  - Copies touch device memory only with naturally aligned 1-64 byte accesses and end with a
+ *    fence (store fence after writes, full fence after streaming reads). They give no ordering
+ *    guarantee towards GPU work already running. GDRCOPY_COPY_VARIANT forces a CPU variant.
+ *  - Logging: GDRCOPY_ENABLE_LOGGING (set = on) and GDRCOPY_LOG_LEVEL (1 debug .. 4 error).
+ */"#;
+
+pub fn header(root: &Path) -> Result<String> {
+    let mut config = cbindgen::Config {
+        language: cbindgen::Language::C,
+        style: cbindgen::Style::Type,
+        usize_is_size_t: true,
+        include_guard: Some("GDRAPI_H".into()),
+        cpp_compat: true,
+        no_includes: true,
+        sys_includes: vec!["stddef.h".into(), "stdint.h".into()],
+        header: Some(format!(
+            "{}\n{OVERVIEW}",
+            banner("libgdrapi/src/capi.rs (prototypes, versions, enums)")
+        )),
+        after_includes: Some(types()?),
+        documentation: true,
+        ..Default::default()
+    };
+    config.export.exclude = [
+        "gdr",
+        "gdr_t",
+        "gdr_mapping_type_t",
+        "gdr_attr_t",
+        "gdr_info_v2",
+        "gdr_info_v1",
+        "gdr_get_info",
+        // Rust-only items that cbindgen sees while walking the crate.
+        "PinFlags",
+    ]
+    .map(String::from)
+    .to_vec();
+    config
+        .export
+        .rename
+        .insert("gdr_info_v2".into(), "gdr_info_v2_t".into());
+    config.function.must_use = None;
+    let body = run_cbindgen(&root.join("libgdrapi"), config)?;
+    insert_defines(
+        &body,
+        "\n/* The v2 layout is the default; the v1 symbol stays exported for old binaries. */\n\
+         #define gdr_get_info gdr_get_info_v2\n",
+    )
+}
+
+/// Types cbindgen cannot write as upstream declares them.
+fn types() -> Result<String> {
+    let mut out = String::from("\nstruct gdr;\n/* An open device; safe to use from several threads at once. */\ntypedef struct gdr *gdr_t;\n");
+    for (typedef, tag, enumerators) in C_ENUMS {
+        writeln!(out, "\ntypedef enum {tag} {{")?;
+        for (name, value) in enumerators.iter() {
+            writeln!(out, "    {name} = {value},")?;
+        }
+        writeln!(out, "}} {typedef};")?;
+    }
+    out.push_str(
+        r#"
+/* What gdr_get_info reports about a pin. */
+typedef struct gdr_info_v2 {
+    uint64_t va;            /* pinned start, rounded down to page_size */
+    uint64_t mapped_size;   /* pinned length, rounded up to page_size */
+    uint32_t page_size;     /* the pin granule: 65536, or the host page (see above) */
+    uint64_t tm_cycles;     /* deprecated */
+    uint32_t cycles_per_ms; /* deprecated */
+    unsigned mapped:1;
+    unsigned wc_mapping:1;
+    gdr_mapping_type_t mapping_type;
+} gdr_info_v2_t;
+typedef gdr_info_v2_t gdr_info_t;
+"#,
+    );
+    Ok(out)
 }
