@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/*
+ * mtgpu_emu: a test-only stand-in for Moore Threads' mtgpu driver.
+ *
+ * It exports mtgpu_p2p_get_pages()/mtgpu_p2p_put_pages() with mtgpu's exact types, carves
+ * "device memory" out of BAR 2 of a QEMU ivshmem-plain device, and serves /dev/mtgpu_emu so
+ * tests can allocate, free, read and write that memory by GPU VA and inject faults.
+ *
+ * Private state shared by the module's files.
+ *
+ * Locking
+ * -------
+ * One mutex, emu_dev.lock, protects every field of emu_dev and everything reachable from it
+ * (allocations, pins, the BAR bitmap, fault state, counters). It is a leaf lock:
+ *
+ *   mmap_lock -> mtgdrdrv's locks -> emu_dev.lock        (get/put_pages from a pin ioctl)
+ *   device_lock (PCI core)        -> emu_dev.lock        (probe/remove)
+ *   emu_dev.lock -> vmap/PAT locks                       (transient ioremap of the BAR)
+ *
+ * So while holding it: never touch user memory (copy_*_user, get_user, ...): a fault on a
+ * mapping served by mtgdrdrv would take mmap_lock and mtgdrdrv's locks inside ours. Sleeping
+ * allocations (GFP_KERNEL) and ioremap are fine. Functions that need the lock say so with
+ * lockdep_assert_held().
+ */
+#ifndef MTGPU_EMU_H
+#define MTGPU_EMU_H
+
+#include <linux/list.h>
+#include <linux/mutex.h>
+#include <linux/types.h>
+
+#include "../kmod/mtgpu_p2p.h"
+#include "mtgpu_emu_ioctl.h"
+
+struct file;
+struct pci_dev;
+struct pid;
+
+/* The BAR is handed out in units of 4 KiB, the smallest page size. */
+#define EMU_UNIT_SHIFT 12
+#define EMU_UNIT_SIZE (1UL << EMU_UNIT_SHIFT)
+
+/* Largest GPU VA alignment ALLOC accepts. */
+#define EMU_ALIGN_MAX (1ULL << 40)
+
+/* Largest piece of BAR one ioctl step maps and copies while holding the lock. */
+#define EMU_IO_CHUNK (256 * 1024)
+
+/*
+ * One ALLOC. Lives in emu_dev.allocs until its owner frees it and its last pin is put.
+ * file != NULL: the owner has not freed it yet and its VA resolves (in owner's VA space).
+ * file == NULL: freed while pinned; its VA no longer resolves but is not reused and its BAR
+ * pages stay reserved until pins drops to 0.
+ */
+struct emu_alloc {
+	struct list_head node;		/* in emu_dev.allocs, sorted by va */
+	struct pid *owner;		/* thread group whose VA space holds it (ref held) */
+	const struct file *file;	/* file that allocated it; NULL once freed */
+	u64 va;
+	u64 size;			/* multiple of page_size */
+	u32 page_size;
+	u32 page_shift;
+	u32 npages;
+	unsigned int pins;		/* page tables handed out and not yet put */
+	u64 bar_off[];			/* BAR offset of each page, in VA order */
+};
+
+/*
+ * One page table handed out by get_pages. The consumer only sees pt; put_pages finds the
+ * record by looking pt up in emu_dev.pins, never by trusting the pointer it is given.
+ */
+struct emu_pin {
+	u32 magic;			/* EMU_PIN_MAGIC while on emu_dev.pins */
+	u32 issued_version;		/* pt.version as handed out (faults may change it) */
+	struct list_head node;		/* in emu_dev.pins */
+	struct emu_alloc *alloc;	/* NULL once the BAR went away under the pin */
+	u64 *pa;			/* the array we allocated, whatever pt says now */
+	struct mtgpu_p2p_page_table pt;
+};
+
+struct emu_device {
+	struct mutex lock;		/* see "Locking" above */
+
+	/* BAR 2 of the bound ivshmem device; pdev == NULL while none is bound. */
+	struct pci_dev *pdev;
+	phys_addr_t bar_phys;
+	u64 bar_size;
+	unsigned long *bar_map;		/* one bit per 4 KiB unit, set = in use */
+	unsigned long bar_units;
+
+	struct list_head allocs;	/* struct emu_alloc, sorted by va */
+	struct list_head pins;		/* struct emu_pin */
+
+	u32 fault_kind;			/* enum mtgpu_emu_fault_kind */
+	u32 fault_count;		/* get_pages calls still to show it */
+
+	/* Counters reported by GET_STATS. */
+	u64 nr_allocs;
+	u64 bytes_allocated;
+	u64 nr_pins;
+	u64 get_pages_calls;
+	u64 put_pages_calls;
+	u64 freed_while_pinned;
+};
+
+extern struct emu_device emu_dev;
+
+/* Caller holds emu_dev.lock. */
+static inline bool emu_bound(void)
+{
+	lockdep_assert_held(&emu_dev.lock);
+	return emu_dev.pdev;
+}
+
+/* emu_main.c */
+int emu_stats_get(struct mtgpu_emu_stats *st);
+
+/* emu_pci.c: binding to the ivshmem device */
+int emu_pci_register(void);
+void emu_pci_unregister(void);
+
+/* emu_bar.c: carving pages out of the BAR and touching them */
+enum emu_io_op {
+	EMU_IO_READ,			/* BAR -> buf */
+	EMU_IO_WRITE,			/* buf -> BAR */
+	EMU_IO_FILL,			/* fill -> BAR */
+};
+
+struct emu_io {
+	enum emu_io_op op;
+	u8 *buf;			/* advanced past what was copied */
+	u8 fill;
+};
+
+int emu_bar_alloc_pages(u32 page_size, u32 npages, bool scatter, u64 *bar_off);
+void emu_bar_free_pages(u32 page_size, u32 npages, const u64 *bar_off);
+int emu_bar_io(u64 off, size_t len, struct emu_io *io);
+
+/* emu_alloc.c: allocations and the per-process GPU VA spaces */
+int emu_alloc_create(const struct file *file, struct mtgpu_emu_alloc *args);
+int emu_alloc_free(u64 va);
+void emu_alloc_release_file(const struct file *file);
+int emu_alloc_access(u64 va, u64 size, u64 off, size_t len, struct emu_io *io);
+struct emu_alloc *emu_alloc_find(const struct pid *owner, u64 va, u64 len);
+void emu_alloc_unpin(struct emu_alloc *a);
+void emu_alloc_drop_all(void);
+
+/* emu_p2p.c: the exported provider API and fault injection */
+int emu_fault_set(u32 kind, u32 count);
+void emu_p2p_orphan_pins(void);
+void emu_p2p_drop_all(void);
+
+/* emu_chardev.c: /dev/mtgpu_emu */
+int emu_chardev_register(void);
+void emu_chardev_unregister(void);
+
+#endif /* MTGPU_EMU_H */

@@ -1,0 +1,327 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/*
+ * mtgpu_emu: allocations ("device memory") and the GPU VA spaces they live in.
+ *
+ * Each process (thread group) has its own GPU VA space starting at MTGPU_EMU_VA_BASE, as on a
+ * real GPU: two processes may get the same VA for different memory, and a VA resolves only
+ * in the process that allocated it. VAs are assigned first fit, keeping EMU_VA_GAP unmapped
+ * on both sides of every allocation; a range is reused only once the allocation that had it
+ * is completely gone (freed and, if pinned, put).
+ *
+ * Ownership: an allocation belongs to the file that made it. Closing that file frees it as
+ * FREE would (pinned ones linger until their last put_pages). Any file of the owning process
+ * may FREE, READ or WRITE it.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/kernel.h>
+#include <linux/log2.h>
+#include <linux/mm.h>		/* kv*alloc before 5.16 */
+#include <linux/overflow.h>
+#include <linux/pid.h>
+#include <linux/sched.h>
+#include <linux/sched/signal.h>
+#include <linux/sizes.h>
+#include <linux/slab.h>
+
+#include "emu.h"
+
+/* Unmapped GPU VA kept before and after every allocation. */
+#define EMU_VA_GAP SZ_2M
+/* End of the GPU VA space handed out. */
+#define EMU_VA_LIMIT (1ULL << 56)
+
+static struct pid *emu_caller(void)
+{
+	return task_tgid(current);
+}
+
+/*
+ * Finds the caller-visible allocation of @owner that holds all of [va, va + len), or NULL.
+ * Freed-but-pinned allocations are invisible.
+ */
+struct emu_alloc *emu_alloc_find(const struct pid *owner, u64 va, u64 len)
+{
+	struct emu_alloc *a;
+
+	lockdep_assert_held(&emu_dev.lock);
+	list_for_each_entry(a, &emu_dev.allocs, node) {
+		if (!a->file || a->owner != owner)
+			continue;
+		if (va < a->va || va - a->va >= a->size)
+			continue;
+		return len <= a->size - (va - a->va) ? a : NULL;
+	}
+	return NULL;
+}
+
+/* Lowest free VA of @owner for @size bytes at @align (see the top of this file). */
+static int emu_va_find(const struct pid *owner, u64 size, u64 align, u64 *va)
+{
+	u64 cand = ALIGN((u64)MTGPU_EMU_VA_BASE, align);
+	struct emu_alloc *a;
+
+	lockdep_assert_held(&emu_dev.lock);
+	list_for_each_entry(a, &emu_dev.allocs, node) {
+		if (a->owner != owner)
+			continue;
+		if (cand + size + EMU_VA_GAP <= a->va)
+			break;
+		cand = max(cand, ALIGN(a->va + a->size + EMU_VA_GAP, align));
+	}
+	if (cand + size > EMU_VA_LIMIT)
+		return -ENOMEM;
+	*va = cand;
+	return 0;
+}
+
+/* Inserts @new into emu_dev.allocs, keeping it sorted by VA. */
+static void emu_alloc_link(struct emu_alloc *new)
+{
+	struct emu_alloc *a;
+
+	lockdep_assert_held(&emu_dev.lock);
+	list_for_each_entry(a, &emu_dev.allocs, node)
+		if (a->va > new->va)
+			break;
+	list_add_tail(&new->node, &a->node);
+}
+
+/* Copies, reads or fills [off, off + len) of @a, one physically contiguous piece at a time. */
+static int emu_alloc_io(const struct emu_alloc *a, u64 off, u64 len, struct emu_io *io)
+{
+	u64 ps = a->page_size;
+	u64 in_page, piece;
+	u32 first, last;
+	int ret;
+
+	lockdep_assert_held(&emu_dev.lock);
+	while (len) {
+		first = off >> a->page_shift;
+		last = first;
+		in_page = off & (ps - 1);
+		piece = ps - in_page;
+		while (piece < len && piece < EMU_IO_CHUNK && last + 1 < a->npages &&
+		       a->bar_off[last + 1] == a->bar_off[last] + ps) {
+			last++;
+			piece += ps;
+		}
+		piece = min3(piece, len, (u64)EMU_IO_CHUNK);
+		ret = emu_bar_io(a->bar_off[first] + in_page, piece, io);
+		if (ret)
+			return ret;
+		off += piece;
+		len -= piece;
+	}
+	return 0;
+}
+
+static int emu_alloc_zero(const struct emu_alloc *a)
+{
+	struct emu_io io = { .op = EMU_IO_FILL, .fill = 0 };
+
+	return emu_alloc_io(a, 0, a->size, &io);
+}
+
+/* Checks ALLOC's arguments; @align gets the effective VA alignment. */
+static int emu_alloc_check(const struct mtgpu_emu_alloc *args, u64 *align)
+{
+	switch (args->page_size) {
+	case MTGPU_EMU_PAGE_4K:
+	case MTGPU_EMU_PAGE_64K:
+	case MTGPU_EMU_PAGE_2M:
+		break;
+	default:
+		return -EINVAL;
+	}
+	if (!args->size || args->flags & ~MTGPU_EMU_ALLOC_SCATTER)
+		return -EINVAL;
+	if (args->align && (!is_power_of_2(args->align) || args->align > EMU_ALIGN_MAX))
+		return -EINVAL;
+	*align = max_t(u64, args->align, args->page_size);
+	return 0;
+}
+
+/* Takes VA and BAR pages for @a (size and page fields set) and zeroes its memory. */
+static int emu_alloc_back(struct emu_alloc *a, u64 align, bool scatter)
+{
+	int ret;
+
+	ret = emu_va_find(a->owner, a->size, align, &a->va);
+	if (ret)
+		return ret;
+
+	ret = emu_bar_alloc_pages(a->page_size, a->npages, scatter, a->bar_off);
+	if (ret)
+		return ret;
+
+	ret = emu_alloc_zero(a);
+	if (ret)
+		goto err_free_pages;
+	return 0;
+
+err_free_pages:
+	emu_bar_free_pages(a->page_size, a->npages, a->bar_off);
+	return ret;
+}
+
+/* ALLOC: on success args->gpu_va is the new allocation's VA in the caller's VA space. */
+int emu_alloc_create(const struct file *file, struct mtgpu_emu_alloc *args)
+{
+	struct emu_alloc *a;
+	u64 size, align;
+	u32 npages;
+	int ret;
+
+	ret = emu_alloc_check(args, &align);
+	if (ret)
+		return ret;
+
+	mutex_lock(&emu_dev.lock);
+	if (!emu_bound()) {
+		ret = -ENODEV;
+		goto err_unlock;
+	}
+	if (args->size > emu_dev.bar_size) {
+		ret = -ENOMEM;
+		goto err_unlock;
+	}
+	size = round_up(args->size, (u64)args->page_size);
+	npages = size >> ilog2(args->page_size);
+
+	a = kvzalloc(struct_size(a, bar_off, npages), GFP_KERNEL);
+	if (!a) {
+		ret = -ENOMEM;
+		goto err_unlock;
+	}
+	a->owner = emu_caller();
+	a->size = size;
+	a->page_size = args->page_size;
+	a->page_shift = ilog2(args->page_size);
+	a->npages = npages;
+
+	ret = emu_alloc_back(a, align, args->flags & MTGPU_EMU_ALLOC_SCATTER);
+	if (ret)
+		goto err_free_alloc;
+
+	get_pid(a->owner);
+	a->file = file;
+	emu_alloc_link(a);
+	emu_dev.nr_allocs++;
+	emu_dev.bytes_allocated += size;
+	args->gpu_va = a->va;
+	mutex_unlock(&emu_dev.lock);
+	return 0;
+
+err_free_alloc:
+	kvfree(a);
+err_unlock:
+	mutex_unlock(&emu_dev.lock);
+	return ret;
+}
+
+static void emu_alloc_destroy(struct emu_alloc *a)
+{
+	lockdep_assert_held(&emu_dev.lock);
+	list_del(&a->node);
+	emu_bar_free_pages(a->page_size, a->npages, a->bar_off);
+	emu_dev.nr_allocs--;
+	emu_dev.bytes_allocated -= a->size;
+	put_pid(a->owner);
+	kvfree(a);
+}
+
+/* The owner lets go of @a: its VA stops resolving; its memory goes with the last pin. */
+static void emu_alloc_unlink(struct emu_alloc *a)
+{
+	lockdep_assert_held(&emu_dev.lock);
+	a->file = NULL;
+	if (a->pins) {
+		emu_dev.freed_while_pinned++;
+		return;
+	}
+	emu_alloc_destroy(a);
+}
+
+/* FREE: @va must start an allocation of the caller. */
+int emu_alloc_free(u64 va)
+{
+	struct pid *owner = emu_caller();
+	struct emu_alloc *a;
+	int ret = -EINVAL;
+
+	mutex_lock(&emu_dev.lock);
+	if (!emu_bound()) {
+		ret = -ENODEV;
+		goto out_unlock;
+	}
+	list_for_each_entry(a, &emu_dev.allocs, node) {
+		if (a->file && a->owner == owner && a->va == va) {
+			emu_alloc_unlink(a);
+			ret = 0;
+			break;
+		}
+	}
+out_unlock:
+	mutex_unlock(&emu_dev.lock);
+	return ret;
+}
+
+/* @file is being released: free what it allocated. */
+void emu_alloc_release_file(const struct file *file)
+{
+	struct emu_alloc *a, *tmp;
+
+	mutex_lock(&emu_dev.lock);
+	list_for_each_entry_safe(a, tmp, &emu_dev.allocs, node)
+		if (a->file == file)
+			emu_alloc_unlink(a);
+	mutex_unlock(&emu_dev.lock);
+}
+
+/*
+ * One step of READ/WRITE/MEMSET: [va, va + size) must lie in one allocation of the caller;
+ * accesses [va + off, va + off + len) of it. Looked up again at every step, so a concurrent
+ * FREE makes the next step fail instead of touching released memory.
+ */
+int emu_alloc_access(u64 va, u64 size, u64 off, size_t len, struct emu_io *io)
+{
+	struct emu_alloc *a;
+	int ret;
+
+	mutex_lock(&emu_dev.lock);
+	if (!emu_bound()) {
+		ret = -ENODEV;
+		goto out_unlock;
+	}
+	a = emu_alloc_find(emu_caller(), va, size);
+	if (!a || off > size || len > size - off) {
+		ret = -EINVAL;
+		goto out_unlock;
+	}
+	ret = emu_alloc_io(a, va - a->va + off, len, io);
+out_unlock:
+	mutex_unlock(&emu_dev.lock);
+	return ret;
+}
+
+/* put_pages dropped a pin on @a. */
+void emu_alloc_unpin(struct emu_alloc *a)
+{
+	lockdep_assert_held(&emu_dev.lock);
+	if (WARN_ON_ONCE(!a->pins))
+		return;
+	if (--a->pins == 0 && !a->file)
+		emu_alloc_destroy(a);
+}
+
+/* The BAR is going away: free every allocation, pinned or not. */
+void emu_alloc_drop_all(void)
+{
+	struct emu_alloc *a, *tmp;
+
+	lockdep_assert_held(&emu_dev.lock);
+	emu_p2p_orphan_pins();
+	list_for_each_entry_safe(a, tmp, &emu_dev.allocs, node)
+		emu_alloc_destroy(a);
+}
