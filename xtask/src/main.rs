@@ -2,8 +2,10 @@
 //! One module per subcommand; `main` only parses and dispatches.
 
 mod codegen;
+mod kernel;
 mod paths;
 mod test;
+mod vm;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -28,11 +30,14 @@ enum Command {
     },
     /// Run every test: lints, codegen freshness, unit tests, header compile tests.
     Test(test::Args),
+    /// Boot the test kernel in QEMU and get a root shell in it.
+    Vm(vm::Args),
 }
 
 fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Codegen { check } => codegen::run(check),
         Command::Test(args) => test::run(args),
+        Command::Vm(args) => vm::cli(args),
     }
 }

@@ -21,7 +21,7 @@ type Step<'a> = (&'static str, Box<dyn Fn(&Shell) -> Result<()> + 'a>);
 pub fn run(args: Args) -> Result<()> {
     let sh = Shell::new()?;
     sh.change_dir(paths::root());
-    let mut steps: Vec<Step> = vec![
+    let steps: Vec<Step> = vec![
         ("cargo fmt --check", Box::new(fmt)),
         (
             "codegen freshness",

@@ -1,0 +1,247 @@
+//! Debian kernels for building and booting the module: headers from apt, images from the cache.
+//!
+//! The host cannot load modules, so tests boot a Debian kernel in QEMU. The kernel image must be
+//! the one the installed headers describe, or modversions reject our module. Images are fetched
+//! with `apt-get download` (the machine's own apt sources; no mirror is named here) and unpacked
+//! into `cache_dir()/kernels/<release>/`, so a second run touches neither apt nor the network.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use xshell::{cmd, Shell};
+
+use crate::paths;
+
+/// A kernel we can build modules against and boot.
+#[derive(Clone, Debug)]
+pub struct Kernel {
+    /// `uname -r` of the kernel, e.g. `6.1.0-57-amd64`.
+    pub release: String,
+    /// The bootable image (bzImage), unpacked from Debian's unsigned image package.
+    pub vmlinuz: PathBuf,
+    /// The kbuild tree: `make -C <headers> M=<dir> modules`.
+    pub headers: PathBuf,
+}
+
+/// The newest bookworm 6.1 kernel whose headers are installed, installing headers and fetching
+/// the image on first use.
+pub fn bookworm_kernel() -> Result<Kernel> {
+    let release = match newest_bookworm_headers()? {
+        Some(release) => release,
+        None => {
+            ensure_host_packages(&["linux-headers-amd64"])?;
+            newest_bookworm_headers()?.context(
+                "linux-headers-amd64 is installed but no /usr/src/linux-headers-6.1.0-*-amd64 \
+                 exists; is this a Debian 12 (bookworm) host?",
+            )?
+        }
+    };
+    let headers = PathBuf::from(format!("/usr/src/linux-headers-{release}"));
+    let vmlinuz = cached_image(&release)?;
+    Ok(Kernel {
+        release,
+        vmlinuz,
+        headers,
+    })
+}
+
+/// Installs those of `pkgs` that are not installed yet. Checking is local and fast; apt's package
+/// lists are refreshed only when something must be installed, since that is the slow,
+/// network-bound step.
+pub fn ensure_host_packages(pkgs: &[&str]) -> Result<()> {
+    let sh = Shell::new()?;
+    let mut missing = Vec::new();
+    for &pkg in pkgs {
+        // Exit status 1 means "unknown package": not installed either.
+        let out = cmd!(sh, "dpkg-query -W -f '${Status}' {pkg}")
+            .quiet()
+            .ignore_status()
+            .ignore_stderr()
+            .read()
+            .context("running dpkg-query; is this a Debian host?")?;
+        if out.trim() != "install ok installed" {
+            missing.push(pkg);
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!("xtask: installing {} with apt-get", missing.join(" "));
+    apt(&sh, &["update"])?;
+    let mut args = vec!["install", "-y", "--no-install-recommends"];
+    args.extend(&missing);
+    apt(&sh, &args)
+}
+
+/// Runs apt-get non-interactively, showing its output only when it fails.
+fn apt(sh: &Shell, args: &[&str]) -> Result<()> {
+    let out = cmd!(sh, "apt-get {args...}")
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .quiet()
+        .ignore_status()
+        .output()
+        .context("running apt-get")?;
+    if !out.status.success() {
+        bail!(
+            "`apt-get {}` failed ({}); installing packages needs root\n{}{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// The `6.1.0-<abi>-amd64` release with a headers tree in /usr/src and the highest ABI number.
+fn newest_bookworm_headers() -> Result<Option<String>> {
+    let src = Path::new("/usr/src");
+    let entries = match fs::read_dir(src) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).context("reading /usr/src"),
+    };
+    let mut found: Vec<(u32, String)> = Vec::new();
+    for entry in entries {
+        let entry = entry.context("reading /usr/src")?;
+        let name = entry.file_name();
+        let Some(release) = name.to_str().and_then(|n| n.strip_prefix("linux-headers-")) else {
+            continue;
+        };
+        let Some(abi) = bookworm_abi(release) else {
+            continue;
+        };
+        // A half-removed package can leave the directory without the kbuild entry point.
+        if !entry.path().join("Makefile").is_file() {
+            continue;
+        }
+        found.push((abi, release.to_owned()));
+    }
+    Ok(found.into_iter().max().map(|(_, release)| release))
+}
+
+/// The ABI number of a bookworm kernel release name (`6.1.0-57-amd64` → 57). Compared as a
+/// number, since `6.1.0-9` sorts after `6.1.0-57` as a string.
+fn bookworm_abi(release: &str) -> Option<u32> {
+    let abi = release.strip_prefix("6.1.0-")?.strip_suffix("-amd64")?;
+    abi.parse().ok()
+}
+
+/// The image for `release` in the cache, downloaded and unpacked if absent.
+fn cached_image(release: &str) -> Result<PathBuf> {
+    let dir = paths::cache_dir().join("kernels").join(release);
+    let vmlinuz = dir.join("boot").join(format!("vmlinuz-{release}"));
+    if vmlinuz.is_file() {
+        return Ok(vmlinuz);
+    }
+    eprintln!(
+        "xtask: fetching the kernel image for {release} (once; cached in {})",
+        dir.display()
+    );
+    // Unpack next to the final place and rename at the end, so that an interrupted download never
+    // leaves a directory that looks complete.
+    let staging = dir.with_file_name(format!(".{release}.tmp-{}", std::process::id()));
+    let result = fetch_image(release, &staging).and_then(|()| {
+        if vmlinuz.is_file() {
+            // Another xtask fetched it meanwhile and may be booting it: keep theirs.
+            return Ok(());
+        }
+        if dir.exists() {
+            fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+        }
+        fs::rename(&staging, &dir)
+            .with_context(|| format!("moving {} to {}", staging.display(), dir.display()))
+    });
+    if staging.exists() {
+        // Best effort: a leftover staging dir only wastes space.
+        let _ = fs::remove_dir_all(&staging);
+    }
+    result?;
+    if !vmlinuz.is_file() {
+        bail!("the image package for {release} has no boot/vmlinuz-{release}");
+    }
+    Ok(vmlinuz)
+}
+
+fn fetch_image(release: &str, staging: &Path) -> Result<()> {
+    let sh = Shell::new()?;
+    let download = staging.join("download");
+    fs::create_dir_all(&download).with_context(|| format!("creating {}", download.display()))?;
+    let package = format!("linux-image-{release}-unsigned");
+    // Pin the image to the exact upload of the installed headers: the same ABI name can be
+    // rebuilt, and modversion CRCs must match the kernel we boot.
+    let pinned = cmd!(sh, "dpkg-query -W -f '${Version}' linux-headers-{release}")
+        .quiet()
+        .ignore_stderr()
+        .read()
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .map(|v| format!("{package}={}", v.trim()));
+    let candidates: Vec<&str> = pinned
+        .iter()
+        .map(String::as_str)
+        .chain([package.as_str()])
+        .collect();
+    download_deb(&sh, &download, &candidates)?;
+
+    let deb = fs::read_dir(&download)
+        .with_context(|| format!("reading {}", download.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|e| e == "deb"))
+        .with_context(|| format!("apt-get download left no .deb in {}", download.display()))?;
+    cmd!(sh, "dpkg-deb -x {deb} {staging}")
+        .quiet()
+        .run()
+        .with_context(|| format!("unpacking {}", deb.display()))?;
+    // Only boot/ (vmlinuz, config, System.map) is needed: the guest gets its modules from the
+    // initramfs, and lib/modules would add ~400 MB to the cache.
+    for sub in ["download", "lib", "usr"] {
+        let path = staging.join(sub);
+        if path.exists() {
+            fs::remove_dir_all(&path).with_context(|| format!("removing {}", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Downloads the first of `candidates` that apt can find into `dir`, refreshing the package lists
+/// once if none is known (fresh containers ship without lists).
+fn download_deb(sh: &Shell, dir: &Path, candidates: &[&str]) -> Result<()> {
+    let _cwd = sh.push_dir(dir);
+    let mut errors = String::new();
+    for refreshed in [false, true] {
+        if refreshed {
+            apt(sh, &["update"])?;
+        }
+        for &candidate in candidates {
+            let out = cmd!(sh, "apt-get download {candidate}")
+                .quiet()
+                .ignore_status()
+                .output()
+                .context("running apt-get download")?;
+            if out.status.success() {
+                return Ok(());
+            }
+            errors.push_str(&String::from_utf8_lossy(&out.stderr));
+        }
+    }
+    bail!(
+        "could not download any of {}:\n{errors}",
+        candidates.join(", ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bookworm_abi;
+
+    #[test]
+    fn abi_is_numeric() {
+        assert_eq!(bookworm_abi("6.1.0-57-amd64"), Some(57));
+        assert_eq!(bookworm_abi("6.1.0-9-amd64"), Some(9));
+        assert_eq!(bookworm_abi("6.1.0-57-common"), None);
+        assert_eq!(bookworm_abi("6.12.30+deb13-amd64"), None);
+        assert_eq!(bookworm_abi("6.1.0-57-rt-amd64"), None);
+    }
+}
