@@ -41,7 +41,7 @@
  * How the CPU mapping of a pin is (or is to be) made. Values equal `gdr_mapping_type_t`.
  */
 enum gdr_mr_type_t
-#if __STDC_VERSION__ >= 202311L
+#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 202311L
   : uint32_t
 #endif // __STDC_VERSION__ >= 202311L
  {
@@ -50,7 +50,7 @@ enum gdr_mr_type_t
   GDR_MR_CACHING = 2,
   GDR_MR_DEVICE = 3,
 };
-#if __STDC_VERSION__ >= 202311L
+#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 202311L
 typedef enum gdr_mr_type_t gdr_mr_type_t;
 #else
 typedef uint32_t gdr_mr_type_t;
@@ -60,7 +60,7 @@ typedef uint32_t gdr_mr_type_t;
  * Attributes of `GDRDRV_IOC_GET_ATTR`.
  */
 enum gdrdrv_attr_t
-#if __STDC_VERSION__ >= 202311L
+#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 202311L
   : uint32_t
 #endif // __STDC_VERSION__ >= 202311L
  {
@@ -73,7 +73,7 @@ enum gdrdrv_attr_t
    */
   GDRDRV_ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE = 2,
 };
-#if __STDC_VERSION__ >= 202311L
+#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 202311L
 typedef enum gdrdrv_attr_t gdrdrv_attr_t;
 #else
 typedef uint32_t gdrdrv_attr_t;

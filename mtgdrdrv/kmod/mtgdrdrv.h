@@ -1,0 +1,148 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR MIT) */
+/*
+ * mtgdrdrv private header: per-file state, pins, counters, logging and the
+ * functions the .c files share. The user-space ABI is mtgdrdrv_ioctl.h
+ * (generated), the provider API is mtgpu_p2p.h.
+ */
+#ifndef MTGDRDRV_H
+#define MTGDRDRV_H
+
+#include <linux/atomic.h>
+#include <linux/compiler.h>
+#include <linux/fs.h>
+#include <linux/list.h>
+#include <linux/mm_types.h>
+#include <linux/mutex.h>
+#include <linux/printk.h>
+#include <linux/timex.h>
+#include <linux/types.h>
+
+#include "mtgdrdrv_ioctl.h"
+#include "mtgpu_p2p.h"
+
+#if BITS_PER_LONG != 64
+#error "mtgdrdrv needs a 64-bit kernel: handles are 51-bit mmap page offsets"
+#endif
+
+/*
+ * Largest accepted pin (bytes, before rounding). Far above any GPU's memory;
+ * keeps array_count below 2^28 even with 4 KiB provider pages and keeps the
+ * handle arithmetic far from overflow.
+ */
+#define MTGDRDRV_MAX_PIN_SIZE		(1ULL << 40)
+
+/* Granule of the first pin attempt: upstream gdrdrv's GPU page. */
+#define MTGDRDRV_PIN_GRANULE		0x10000ULL
+
+/*
+ * Handles (and handle + pages) stay below this, so that handle << PAGE_SHIFT
+ * is a valid, non-negative mmap offset and loff_t.
+ */
+#define MTGDRDRV_HANDLE_LIMIT		(1ULL << (63 - PAGE_SHIFT))
+
+/* A range pinned through the provider (mtgdrdrv_p2p.c). */
+struct mtgdrdrv_pages {
+	u64 va;			/* pinned start: addr rounded down to granule */
+	u64 size;		/* pinned length: a multiple of granule */
+	u32 granule;		/* MTGDRDRV_PIN_GRANULE or PAGE_SIZE */
+	unsigned int page_shift; /* log2 of the provider's page_size */
+	cycles_t tm_cycles;	/* duration of the get_pages call (x86) */
+	struct mtgpu_p2p_page_table *pt;
+};
+
+/*
+ * One pin. Every field after @handle is protected by the owning file's lock.
+ * A pin is destroyed (pages put) when it is unpinned and no VMA maps it: an
+ * unpin while mapped only marks it @unpinned (its handle is then unknown to
+ * every ioctl and to mmap) and the last VMA close destroys it.
+ */
+struct mtgdrdrv_pin {
+	struct list_head node;		/* in mtgdrdrv_file.pins */
+	u64 handle;			/* first mmap page offset of the pin */
+	u64 offset;			/* addr - pages.va; mmap needs 0 */
+	struct mtgdrdrv_pages pages;
+	gdr_mr_type_t req_type;		/* REQ_MAPPING_TYPE, GDR_MR_NONE if unset */
+	gdr_mr_type_t map_type;		/* type of the live mapping, or NONE */
+	unsigned int map_count;		/* live VMAs mapping this pin */
+	u64 memtype_len;		/* bytes with a WC memtype reserved, x86 */
+	bool unpinned;
+};
+
+/*
+ * State of one open file of /dev/mtgdrdrv.
+ *
+ * @lock protects @pins, @next_handle, @handle_overflow and every pin's
+ * mutable fields. It is taken under mmap_lock (->mmap, vm_ops open/close);
+ * never call copy_{from,to}_user(), mtgpu_p2p_{get,put}_pages() or
+ * unmap_mapping_range() with it held.
+ */
+struct mtgdrdrv_file {
+	struct mutex lock;
+	struct list_head pins;
+	u64 next_handle;
+	bool handle_overflow;
+	struct pid *tgid;		/* thread group of the opener */
+	/*
+	 * This file's own address space (filp->f_mapping), so that
+	 * unmap_mapping_range() only reaches this file's VMAs: handles, and
+	 * so mmap offsets, are per file.
+	 */
+	struct address_space mapping;
+};
+
+struct mtgdrdrv_counters {
+	atomic64_t pins_outstanding;	/* pins whose pages are held */
+	atomic64_t bytes_pinned;	/* sum of their pinned lengths */
+	atomic64_t mappings;		/* live VMAs (a split VMA counts twice) */
+	atomic64_t get_pages_calls;	/* successful mtgpu_p2p_get_pages() */
+	atomic64_t put_pages_calls;	/* mtgpu_p2p_put_pages() calls */
+};
+
+extern struct mtgdrdrv_counters mtgdrdrv_counters;
+extern int mtgdrdrv_dbg_enabled;
+extern int mtgdrdrv_info_enabled;
+
+#define mtgdrdrv_dbg(fmt, ...)						\
+	do {								\
+		if (unlikely(READ_ONCE(mtgdrdrv_dbg_enabled)))		\
+			printk(KERN_DEBUG pr_fmt(fmt), ##__VA_ARGS__);	\
+	} while (0)
+
+#define mtgdrdrv_info(fmt, ...)						\
+	do {								\
+		if (unlikely(READ_ONCE(mtgdrdrv_info_enabled)))		\
+			pr_info(fmt, ##__VA_ARGS__);			\
+	} while (0)
+
+/* mtgdrdrv_main.c */
+bool mtgdrdrv_is_owner(const struct mtgdrdrv_file *priv);
+
+/* mtgdrdrv_p2p.c */
+int mtgdrdrv_p2p_get(u64 addr, u64 size, struct mtgdrdrv_pages *pages);
+void mtgdrdrv_p2p_put(struct mtgdrdrv_pages *pages);
+phys_addr_t mtgdrdrv_pages_phys(const struct mtgdrdrv_pages *pages, u64 off);
+u64 mtgdrdrv_pages_run(const struct mtgdrdrv_pages *pages, u64 off, u64 max);
+
+/* mtgdrdrv_pin.c */
+int mtgdrdrv_ioctl_pin_buffer(struct mtgdrdrv_file *priv, void __user *argp);
+int mtgdrdrv_ioctl_pin_buffer_v2(struct mtgdrdrv_file *priv,
+				 void __user *argp);
+int mtgdrdrv_ioctl_unpin_buffer(struct mtgdrdrv_file *priv,
+				void __user *argp);
+int mtgdrdrv_ioctl_get_cb_flag(struct mtgdrdrv_file *priv, void __user *argp);
+int mtgdrdrv_ioctl_get_info(struct mtgdrdrv_file *priv, void __user *argp);
+int mtgdrdrv_ioctl_get_info_v2(struct mtgdrdrv_file *priv, void __user *argp);
+int mtgdrdrv_ioctl_req_mapping_type(struct mtgdrdrv_file *priv,
+				    void __user *argp);
+struct mtgdrdrv_pin *mtgdrdrv_pin_lookup(struct mtgdrdrv_file *priv,
+					 u64 handle);
+struct mtgdrdrv_pin *mtgdrdrv_pin_lookup_pgoff(struct mtgdrdrv_file *priv,
+					       unsigned long pgoff);
+void mtgdrdrv_pin_destroy(struct mtgdrdrv_pin *pin);
+void mtgdrdrv_pins_release(struct mtgdrdrv_file *priv);
+
+/* mtgdrdrv_mmap.c */
+int mtgdrdrv_mmap(struct file *filp, struct vm_area_struct *vma);
+void mtgdrdrv_memtype_free(struct mtgdrdrv_pin *pin);
+
+#endif /* MTGDRDRV_H */

@@ -1,0 +1,246 @@
+// SPDX-License-Identifier: (GPL-2.0 OR MIT)
+/*
+ * mmap of a pin, and its VMA callbacks.
+ *
+ * The mmap offset selects the pin: vm_pgoff must be a live handle (the
+ * library passes handle << PAGE_SHIFT as offset). The mapping starts at the
+ * pin's first byte, may be shorter than the pin, must be MAP_SHARED, and
+ * there is one mapping per pin at a time. The pages are remapped at mmap
+ * time; there is no fault handler, so an access after unpin gets SIGBUS.
+ *
+ * x86 PAT: io_remap_pfn_range() over a whole VMA reserves the requested
+ * cache mode for the range and marks the VMA VM_PAT; over part of a VMA it
+ * takes the mode the memtype tree records for each page instead, and fails
+ * if the pages differ (upstream's "errors in gdr_map due to PAT"). A VM_PAT
+ * VMA must not be split: the pieces are untracked one by one ("freeing
+ * invalid memtype", seen on 6.1) and the reservation leaks. So with PAT on,
+ * every VMA is remapped page by page (host page), never VM_PAT unless it is
+ * one page; for WC, write-combining is first reserved for the pin's runs
+ * with arch_io_reserve_memtype_wc(), so the pages do come out WC, and that
+ * reservation lives until the pin's last VMA closes. DEVICE pages take the
+ * tracked mode, UC- for an untracked BAR. Either way, an existing
+ * reservation of the BAR with another mode (by mtgpu) wins, as x86 forbids
+ * aliases. Without PAT, each physically contiguous run is one call.
+ *
+ * VMA accounting: a munmap, mprotect or mremap of part of the mapping
+ * splits the VMA; the mm core calls vm_ops->open for each new VMA and
+ * ->close for each one that goes away, and never merges VMAs that have a
+ * ->close. The pin counts its VMAs (map_count); it is "mapped" until the
+ * last one closes. The callbacks find the pin again, under the file's lock,
+ * by the VMA's page offset (which stays inside the pin's offset range across
+ * splits); they never keep a pin pointer (upstream 2.4.4 use-after-free).
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/errno.h>
+#include <linux/io.h>
+#include <linux/lockdep.h>
+#include <linux/mm.h>
+#include <linux/pfn.h>
+#include <linux/sched.h>
+
+#include "mtgdrdrv.h"
+#include "mtgdrdrv_arch.h"
+#include "compat.h"
+
+static pgprot_t mtgdrdrv_pgprot(gdr_mr_type_t type, pgprot_t prot)
+{
+	if (type == GDR_MR_DEVICE)
+		return mtgdrdrv_pgprot_device(prot);
+	return pgprot_writecombine(prot);
+}
+
+/* Releases the WC memtype of the runs in bytes [0, len) of the pin. */
+static void mtgdrdrv_memtype_release(struct mtgdrdrv_pin *pin, u64 len)
+{
+	u64 off, run;
+
+	for (off = 0; off < len; off += run) {
+		run = mtgdrdrv_pages_run(&pin->pages, off, len - off);
+		arch_io_free_memtype_wc(mtgdrdrv_pages_phys(&pin->pages, off),
+					run);
+	}
+}
+
+/* Reserves WC for the runs in bytes [0, len) of the pin, all or nothing. */
+static int mtgdrdrv_memtype_reserve_wc(struct mtgdrdrv_pin *pin, u64 len)
+{
+	u64 off, run;
+	phys_addr_t pa;
+	int ret;
+
+	for (off = 0; off < len; off += run) {
+		run = mtgdrdrv_pages_run(&pin->pages, off, len - off);
+		pa = mtgdrdrv_pages_phys(&pin->pages, off);
+		ret = arch_io_reserve_memtype_wc(pa, run);
+		if (ret) {
+			pr_err_ratelimited("cannot reserve WC memtype: %d\n",
+					   ret);
+			mtgdrdrv_memtype_release(pin, off);
+			return ret;
+		}
+	}
+	pin->memtype_len = len;
+	return 0;
+}
+
+/* Undoes mtgdrdrv_memtype_reserve_wc(); no-op if nothing is reserved. */
+void mtgdrdrv_memtype_free(struct mtgdrdrv_pin *pin)
+{
+	mtgdrdrv_memtype_release(pin, pin->memtype_len);
+	pin->memtype_len = 0;
+}
+
+static void mtgdrdrv_vm_open(struct vm_area_struct *vma)
+{
+	struct mtgdrdrv_file *priv = vma->vm_file->private_data;
+	struct mtgdrdrv_pin *pin;
+
+	mutex_lock(&priv->lock);
+	pin = mtgdrdrv_pin_lookup_pgoff(priv, vma->vm_pgoff);
+	if (pin && pin->map_count) {
+		pin->map_count++;
+		atomic64_inc(&mtgdrdrv_counters.mappings);
+	} else {
+		pr_err_ratelimited("vm open at page offset 0x%lx: no mapped pin\n",
+				   vma->vm_pgoff);
+	}
+	mutex_unlock(&priv->lock);
+}
+
+static void mtgdrdrv_vm_close(struct vm_area_struct *vma)
+{
+	struct mtgdrdrv_file *priv = vma->vm_file->private_data;
+	struct mtgdrdrv_pin *pin, *dead = NULL;
+
+	mutex_lock(&priv->lock);
+	pin = mtgdrdrv_pin_lookup_pgoff(priv, vma->vm_pgoff);
+	if (!pin || !pin->map_count) {
+		pr_err_ratelimited("vm close at page offset 0x%lx: no mapped pin\n",
+				   vma->vm_pgoff);
+		goto out;
+	}
+	atomic64_dec(&mtgdrdrv_counters.mappings);
+	if (--pin->map_count)
+		goto out;
+	mtgdrdrv_memtype_free(pin);
+	pin->map_type = GDR_MR_NONE;
+	if (pin->unpinned) {
+		list_del(&pin->node);
+		dead = pin;
+	}
+out:
+	mutex_unlock(&priv->lock);
+	/* The pin was unpinned while mapped: its last VMA puts the pages. */
+	if (dead)
+		mtgdrdrv_pin_destroy(dead);
+}
+
+static const struct vm_operations_struct mtgdrdrv_vm_ops = {
+	.open	= mtgdrdrv_vm_open,
+	.close	= mtgdrdrv_vm_close,
+};
+
+/* Fills the whole VMA with the pin's pages, from the pin's first byte. */
+static int mtgdrdrv_remap(struct mtgdrdrv_pin *pin, struct vm_area_struct *vma,
+			  bool per_page)
+{
+	u64 len = vma->vm_end - vma->vm_start;
+	u64 off, chunk;
+	phys_addr_t pa;
+	int ret;
+
+	for (off = 0; off < len; off += chunk) {
+		chunk = per_page ? PAGE_SIZE :
+			mtgdrdrv_pages_run(&pin->pages, off, len - off);
+		pa = mtgdrdrv_pages_phys(&pin->pages, off);
+		ret = io_remap_pfn_range(vma, vma->vm_start + off, PHYS_PFN(pa),
+					 chunk, vma->vm_page_prot);
+		if (ret) {
+			pr_err_ratelimited("io_remap_pfn_range(0x%llx, 0x%llx) failed: %d\n",
+					   (u64)pa, chunk, ret);
+			return -EAGAIN;
+		}
+		cond_resched();
+	}
+	return 0;
+}
+
+static int mtgdrdrv_mmap_check(const struct mtgdrdrv_pin *pin,
+			       const struct vm_area_struct *vma)
+{
+	if (!pin)
+		return -EINVAL;
+	if (pin->map_count)
+		return -EBUSY;
+	/* The pinned address was not aligned to the granule. */
+	if (pin->offset)
+		return -EINVAL;
+	if (vma->vm_end - vma->vm_start > pin->pages.size)
+		return -EINVAL;
+	return 0;
+}
+
+static int mtgdrdrv_mmap_pin(struct mtgdrdrv_file *priv,
+			     struct mtgdrdrv_pin *pin,
+			     struct vm_area_struct *vma)
+{
+	u64 len = vma->vm_end - vma->vm_start;
+	gdr_mr_type_t type;
+	bool per_page;
+	int ret;
+
+	lockdep_assert_held(&priv->lock);
+	type = pin->req_type == GDR_MR_DEVICE ? GDR_MR_DEVICE : GDR_MR_WC;
+	per_page = mtgdrdrv_pat_enabled();
+	if (per_page && type == GDR_MR_WC) {
+		ret = mtgdrdrv_memtype_reserve_wc(pin, len);
+		if (ret)
+			return ret;
+	}
+
+	vm_flags_set(vma, VM_IO | VM_PFNMAP | VM_DONTCOPY | VM_DONTEXPAND |
+		     VM_DONTDUMP);
+	vma->vm_page_prot = mtgdrdrv_pgprot(type, vma->vm_page_prot);
+	ret = mtgdrdrv_remap(pin, vma, per_page);
+	if (ret) {
+		/* No PTE may outlive the memtype; the core frees the VMA. */
+		zap_vma_ptes(vma, vma->vm_start, len);
+		mtgdrdrv_memtype_free(pin);
+		return ret;
+	}
+
+	vma->vm_ops = &mtgdrdrv_vm_ops;
+	pin->map_count = 1;
+	pin->map_type = type;
+	atomic64_inc(&mtgdrdrv_counters.mappings);
+	return 0;
+}
+
+int mtgdrdrv_mmap(struct file *filp, struct vm_area_struct *vma)
+{
+	struct mtgdrdrv_file *priv = filp->private_data;
+	struct mtgdrdrv_pin *pin;
+	int ret;
+
+	if (!mtgdrdrv_is_owner(priv))
+		return -EACCES;
+	/* MAP_SHARED (VM_SHARED is clear for a read-only fd; VM_MAYSHARE is not). */
+	if (!(vma->vm_flags & VM_MAYSHARE))
+		return -EINVAL;
+
+	mutex_lock(&priv->lock);
+	pin = mtgdrdrv_pin_lookup(priv, vma->vm_pgoff);
+	ret = mtgdrdrv_mmap_check(pin, vma);
+	if (!ret)
+		ret = mtgdrdrv_mmap_pin(priv, pin, vma);
+	mutex_unlock(&priv->lock);
+
+	if (ret)
+		mtgdrdrv_dbg("mmap of 0x%lx bytes at handle 0x%lx: %d\n",
+			     vma->vm_end - vma->vm_start, vma->vm_pgoff, ret);
+	else
+		mtgdrdrv_info("mapped handle 0x%lx, 0x%lx bytes\n",
+			      vma->vm_pgoff, vma->vm_end - vma->vm_start);
+	return ret;
+}
