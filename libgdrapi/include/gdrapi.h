@@ -106,9 +106,6 @@ typedef gdr_info_v2_t gdr_info_t;
 
 #define MINIMUM_GDRDRV_MINOR_VERSION 1
 
-/**
- * The GPU page: pins are rounded to it, like upstream's, so `info.va` keeps its meaning.
- */
 #define GPU_PAGE_SHIFT 16
 
 #define GPU_PAGE_SIZE (1 << GPU_PAGE_SHIFT)

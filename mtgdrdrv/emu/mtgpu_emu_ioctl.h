@@ -38,7 +38,7 @@
  * Faults the next `mtgpu_p2p_get_pages` call(s) should show (`mtgpu_emu_fault.kind`).
  */
 enum mtgpu_emu_fault_kind
-#if __STDC_VERSION__ >= 202311L
+#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 202311L
   : uint32_t
 #endif // __STDC_VERSION__ >= 202311L
  {
@@ -60,7 +60,7 @@ enum mtgpu_emu_fault_kind
    */
   MTGPU_EMU_FAULT_BAD_PAGE_SIZE = 4,
 };
-#if __STDC_VERSION__ >= 202311L
+#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 202311L
 typedef enum mtgpu_emu_fault_kind mtgpu_emu_fault_kind;
 #else
 typedef uint32_t mtgpu_emu_fault_kind;

@@ -77,7 +77,12 @@ pub fn run_cbindgen(crate_dir: &Path, config: cbindgen::Config) -> Result<String
         .with_context(|| format!("cbindgen on {}", crate_dir.display()))?;
     let mut out = Vec::new();
     bindings.write(&mut out);
-    Ok(squeeze_blank_lines(&String::from_utf8(out)?))
+    // Kernels before 5.18 build as gnu89, where __STDC_VERSION__ is undefined and -Wundef warns.
+    let text = String::from_utf8(out)?.replace(
+        "#if __STDC_VERSION__ >= 202311L",
+        "#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 202311L",
+    );
+    Ok(squeeze_blank_lines(&text))
 }
 
 fn kmod_header(root: &Path) -> Result<String> {
