@@ -6,6 +6,7 @@ mod kernel;
 mod paths;
 mod test;
 mod vm;
+mod vmtest;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};

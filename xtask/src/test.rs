@@ -16,12 +16,12 @@ pub struct Args {
     pub no_vm: bool,
 }
 
-type Step<'a> = (&'static str, Box<dyn Fn(&Shell) -> Result<()> + 'a>);
+pub type Step<'a> = (&'static str, Box<dyn Fn(&Shell) -> Result<()> + 'a>);
 
 pub fn run(args: Args) -> Result<()> {
     let sh = Shell::new()?;
     sh.change_dir(paths::root());
-    let steps: Vec<Step> = vec![
+    let mut steps: Vec<Step> = vec![
         ("cargo fmt --check", Box::new(fmt)),
         (
             "codegen freshness",
@@ -32,7 +32,9 @@ pub fn run(args: Args) -> Result<()> {
         ("libgdrapi.so exports and soname", Box::new(shared_library)),
         ("gdrapi.h C and C++ compile test", Box::new(header_test)),
     ];
-    let _ = args.no_vm;
+    if !args.no_vm {
+        steps.extend(crate::vmtest::test_steps());
+    }
 
     let mut failed = Vec::new();
     for (name, step) in &steps {

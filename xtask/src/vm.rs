@@ -396,14 +396,13 @@ pub fn cli(args: Args) -> Result<()> {
         return selftest(kernel, &args.kernel_cmdline);
     }
     eprintln!(
-        "xtask: booting {} under TCG; the shell comes after ~5 s. Leave with `poweroff -f` or Ctrl-A x.",
+        "xtask: booting {} under TCG with mtgpu_emu and mtgdrdrv loaded; the shell comes after \
+         ~5 s. Leave with `poweroff -f` or Ctrl-A x.",
         kernel.release
     );
-    let spec = VmSpec {
-        interactive: true,
-        extra_cmdline: args.kernel_cmdline,
-        ..VmSpec::new(kernel)
-    };
+    let sh = xshell::Shell::new()?;
+    sh.change_dir(paths::root());
+    let spec = crate::vmtest::interactive(&sh, &kernel, args.kernel_cmdline)?;
     run(
         &spec,
         &paths::build_dir().join("vm").join("interactive.log"),

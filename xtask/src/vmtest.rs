@@ -1,0 +1,245 @@
+//! The kernel module tests of `cargo xtask test`: build mtgdrdrv and the emulated provider
+//! against the test kernel's headers, boot that kernel in QEMU with both modules and the in-VM
+//! test binary, load, test, unload, and judge the run by the tests' exit code, the kernel log
+//! and the leak counters.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use xshell::{cmd, Shell};
+
+use crate::kernel::{self, Kernel};
+use crate::{paths, vm};
+
+/// Debian packages the VM steps need on the host.
+pub const HOST_PACKAGES: &[&str] = &["qemu-system-x86", "busybox-static", "make", "gcc"];
+
+/// Builds `mtgdrdrv.ko` and `mtgpu_emu.ko` for `kernel` in a copy of the sources under
+/// build/kmod/<release>, so the source tree stays clean and kernels do not share objects.
+/// mtgdrdrv takes the provider's symbol CRCs from its co-built stub, as on hosts without
+/// mtgpu's Module.symvers: loading it against the emulator then proves the CRCs match.
+pub fn build_modules(sh: &Shell, kernel: &Kernel) -> Result<(PathBuf, PathBuf)> {
+    let out = paths::build_dir().join("kmod").join(&kernel.release);
+    let src = paths::root().join("mtgdrdrv");
+    for dir in ["kmod", "emu"] {
+        copy_sources(&src.join(dir), &out.join(dir))?;
+    }
+    let kdir = &kernel.headers;
+    let (kmod, emu) = (out.join("kmod"), out.join("emu"));
+    cmd!(sh, "make -s -C {kmod} KDIR={kdir} MTGPU_SYMVERS= W=1")
+        .run()
+        .context("building mtgdrdrv")?;
+    cmd!(sh, "make -s -C {emu} KDIR={kdir} W=1")
+        .run()
+        .context("building mtgpu_emu")?;
+    Ok((kmod.join("mtgdrdrv.ko"), emu.join("mtgpu_emu.ko")))
+}
+
+/// Copies the regular files of `from` (sources, Kbuild, Makefile, probes) into `to`, leaving
+/// build products behind.
+fn copy_sources(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let name_str = name.to_string_lossy();
+        let path = entry.path();
+        if path.is_dir() {
+            copy_sources(&path, &to.join(&name))?;
+            continue;
+        }
+        let built = [
+            ".o", ".ko", ".mod", ".mod.c", ".cmd", ".symvers", ".order", ".d",
+        ]
+        .iter()
+        .any(|ext| name_str.ends_with(ext))
+            || name_str.starts_with('.')
+            || name_str == "conftest.h";
+        if !built {
+            std::fs::copy(&path, to.join(&name))?;
+        }
+    }
+    Ok(())
+}
+
+/// Builds the in-VM test binary (release, debug info stripped to keep the initramfs small).
+fn build_test_binary(sh: &Shell) -> Result<PathBuf> {
+    let json = cmd!(
+        sh,
+        "cargo test --release --quiet -p mtgdrcopy-tests --features vm --test vm_module --no-run --message-format=json"
+    )
+    .read()?;
+    let exe = json
+        .lines()
+        .filter(|l| {
+            l.contains("\"reason\":\"compiler-artifact\"") && l.contains("\"name\":\"vm_module\"")
+        })
+        .find_map(|l| {
+            let key = "\"executable\":\"";
+            let start = l.find(key)? + key.len();
+            let end = start + l[start..].find('"')?;
+            Some(PathBuf::from(&l[start..end]))
+        })
+        .context("cargo did not report the vm_module test executable")?;
+    let stripped = paths::build_dir().join("vm").join("vm_module");
+    std::fs::create_dir_all(paths::build_dir().join("vm"))?;
+    cmd!(sh, "strip --strip-debug -o {stripped} {exe}").run()?;
+    Ok(stripped)
+}
+
+const SCRIPT: &str = r#"
+step() { echo "MTGDRCOPY-STEP $1 $(cut -d' ' -f1 /proc/uptime)"; }
+fail() { echo "MTGDRCOPY-FAIL $*"; exit 1; }
+step load
+insmod /lib/mtgdrcopy/mtgpu_emu.ko || fail "insmod mtgpu_emu"
+insmod /lib/mtgdrcopy/mtgdrdrv.ko || fail "insmod mtgdrdrv"
+for i in $(seq 50); do [ -c /dev/mtgdrdrv ] && [ -c /dev/mtgpu_emu ] && break; sleep 0.1; done
+[ -c /dev/mtgdrdrv ] || fail "/dev/mtgdrdrv did not appear"
+[ -c /dev/mtgpu_emu ] || fail "/dev/mtgpu_emu did not appear"
+cat /proc/driver/mtgdrdrv/params
+step tests
+/opt/mtgdrcopy/vm_module --test-threads=1
+rc=$?
+step counters
+sed 's/^/MTGDRCOPY-COUNTER /' /proc/driver/mtgdrdrv/counters
+step unload
+rmmod mtgdrdrv || fail "rmmod mtgdrdrv"
+rmmod mtgpu_emu || fail "rmmod mtgpu_emu"
+step done
+exit $rc
+"#;
+
+fn timed(what: &str, start: Instant) {
+    eprintln!("    {what}: {:.1} s", start.elapsed().as_secs_f64());
+}
+
+/// A VM of `kernel` holding both modules (under /lib/mtgdrcopy) and the in-VM test binary
+/// (/opt/mtgdrcopy/vm_module), with no script yet.
+fn module_vm(sh: &Shell, kernel: &Kernel) -> Result<vm::VmSpec> {
+    let t = Instant::now();
+    let (mtgdrdrv_ko, emu_ko) = build_modules(sh, kernel)?;
+    timed("modules built", t);
+    let t = Instant::now();
+    let test_exe = build_test_binary(sh)?;
+    timed("test binary built", t);
+
+    let mut spec = vm::VmSpec::new(kernel.clone());
+    spec.files = vec![
+        (mtgdrdrv_ko, "/lib/mtgdrcopy/mtgdrdrv.ko".into()),
+        (emu_ko, "/lib/mtgdrcopy/mtgpu_emu.ko".into()),
+        (test_exe, "/opt/mtgdrcopy/vm_module".into()),
+    ];
+    spec.ivshmem_mb = 256;
+    spec.memory_mb = 1024;
+    spec.timeout = Duration::from_secs(600);
+    Ok(spec)
+}
+
+/// `cargo xtask vm`: the test VM with both modules loaded, then a shell.
+pub fn interactive(sh: &Shell, kernel: &Kernel, extra_cmdline: String) -> Result<vm::VmSpec> {
+    let mut spec = module_vm(sh, kernel)?;
+    spec.script = LOAD_ONLY.into();
+    spec.interactive = true;
+    spec.extra_cmdline = extra_cmdline;
+    Ok(spec)
+}
+
+const LOAD_ONLY: &str = r#"
+insmod /lib/mtgdrcopy/mtgpu_emu.ko && insmod /lib/mtgdrcopy/mtgdrdrv.ko
+echo "modules loaded; tests: /opt/mtgdrcopy/vm_module --test-threads=1"
+"#;
+
+/// One boot of `kernel` running the module tests, judged by exit code, kernel log and counters.
+pub fn run_module_tests(sh: &Shell, kernel: &Kernel) -> Result<()> {
+    let mut spec = module_vm(sh, kernel)?;
+    spec.script = SCRIPT.into();
+    let log = paths::build_dir()
+        .join("vm")
+        .join(format!("module-tests-{}.log", kernel.release));
+    let t = Instant::now();
+    let outcome = vm::run(&spec, &log)?;
+    timed("VM run", t);
+    print_guest_steps(&outcome.console);
+    judge(&outcome, &log)
+}
+
+/// The guest's step markers, as durations.
+fn print_guest_steps(console: &str) {
+    let marks: Vec<(&str, f64)> = console
+        .lines()
+        .filter_map(|l| {
+            let rest = &l[l.find("MTGDRCOPY-STEP ")? + "MTGDRCOPY-STEP ".len()..];
+            let mut f = rest.split_whitespace();
+            Some((f.next()?, f.next()?.parse().ok()?))
+        })
+        .collect();
+    for pair in marks.windows(2) {
+        eprintln!("      guest {}: {:.1} s", pair[0].0, pair[1].1 - pair[0].1);
+    }
+}
+
+fn tail(console: &str, lines: usize) -> String {
+    let all: Vec<&str> = console.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+fn judge(outcome: &vm::VmOutcome, log: &Path) -> Result<()> {
+    let console = &outcome.console;
+    // The in-VM test summary, repeated for whoever reads this run's output.
+    for line in console
+        .lines()
+        .filter(|l| l.contains("test result:") || l.contains("FAILED") || l.contains("panicked"))
+    {
+        eprintln!("      guest: {}", line.trim());
+    }
+    ensure!(
+        outcome.kernel_problems.is_empty(),
+        "kernel reported problems:\n{}\nfull log: {}",
+        outcome.kernel_problems.join("\n"),
+        log.display()
+    );
+    if outcome.exit_code != Some(0) {
+        bail!(
+            "in-VM tests failed (exit {:?}); last lines:\n{}\nfull log: {}",
+            outcome.exit_code,
+            tail(console, 60),
+            log.display()
+        );
+    }
+    let counters: Vec<&str> = console
+        .lines()
+        .filter_map(|l| Some(l[l.find("MTGDRCOPY-COUNTER ")? + 18..].trim()))
+        .collect();
+    ensure!(
+        !counters.is_empty(),
+        "no counters were printed; full log: {}",
+        log.display()
+    );
+    for line in &counters {
+        let mut f = line.split_whitespace();
+        let (name, value) = (f.next().unwrap_or(""), f.next().unwrap_or(""));
+        let live = matches!(
+            name.trim_end_matches(':'),
+            "pins_outstanding" | "bytes_pinned" | "mappings"
+        );
+        ensure!(
+            !live || value == "0",
+            "leak after the tests: {line}; full log: {}",
+            log.display()
+        );
+    }
+    Ok(())
+}
+
+/// The VM steps of `cargo xtask test`.
+pub fn test_steps() -> Vec<crate::test::Step<'static>> {
+    vec![(
+        "kernel module tests in QEMU (Debian 6.1)",
+        Box::new(|sh: &Shell| {
+            kernel::ensure_host_packages(HOST_PACKAGES)?;
+            let kernel = kernel::bookworm_kernel()?;
+            run_module_tests(sh, &kernel)
+        }),
+    )]
+}
