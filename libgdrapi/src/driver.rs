@@ -125,7 +125,7 @@ impl Driver {
         })?;
         let drv = params.gdrdrv_version;
         let min_lib = params.minimum_gdr_api_version;
-        let refuse = |why: std::fmt::Arguments<'_>| {
+        if let Err(why) = compatibility(drv, min_lib) {
             log::error(format_args!(
                 "driver mtgdrdrv {}.{} and library libgdrapi {}.{} are incompatible: {why}",
                 major(drv),
@@ -133,27 +133,7 @@ impl Driver {
                 major(GDR_API_VERSION),
                 minor(GDR_API_VERSION)
             ));
-            Error::new("version handshake", Errno::EPROTO)
-        };
-        if major(drv) != major(MINIMUM_GDRDRV_VERSION) {
-            return Err(refuse(format_args!(
-                "this library supports driver major {} only; install matching packages",
-                major(MINIMUM_GDRDRV_VERSION)
-            )));
-        }
-        if drv < MINIMUM_GDRDRV_VERSION {
-            return Err(refuse(format_args!(
-                "the driver is older than {}.{}; upgrade mtgdrdrv-dkms",
-                major(MINIMUM_GDRDRV_VERSION),
-                minor(MINIMUM_GDRDRV_VERSION)
-            )));
-        }
-        if min_lib > GDR_API_VERSION {
-            return Err(refuse(format_args!(
-                "the driver needs libgdrapi {}.{} or newer; upgrade libgdrapi",
-                major(min_lib),
-                minor(min_lib)
-            )));
+            return Err(Error::new("version handshake", Errno::EPROTO));
         }
         log::info(format_args!(
             "mtgdrdrv {}.{} (accepts libgdrapi >= {}.{})",
@@ -291,6 +271,32 @@ impl Driver {
     }
 }
 
+/// Whether driver `drv` (which accepts libraries from `min_lib` on) and this library work
+/// together; otherwise what to do about it.
+fn compatibility(drv: u32, min_lib: u32) -> std::result::Result<(), String> {
+    if major(drv) != major(MINIMUM_GDRDRV_VERSION) {
+        return Err(format!(
+            "this library supports driver major version {} only; install matching packages",
+            major(MINIMUM_GDRDRV_VERSION)
+        ));
+    }
+    if drv < MINIMUM_GDRDRV_VERSION {
+        return Err(format!(
+            "the driver is older than {}.{}; upgrade mtgdrdrv-dkms",
+            major(MINIMUM_GDRDRV_VERSION),
+            minor(MINIMUM_GDRDRV_VERSION)
+        ));
+    }
+    if min_lib > GDR_API_VERSION {
+        return Err(format!(
+            "the driver needs libgdrapi {}.{} or newer; upgrade libgdrapi",
+            major(min_lib),
+            minor(min_lib)
+        ));
+    }
+    Ok(())
+}
+
 /// One line that says what to do, for the failures users actually hit.
 fn explain_open_failure(errno: Errno) {
     match errno {
@@ -304,5 +310,31 @@ fn explain_open_failure(errno: Errno) {
              the device into the container"
         )),
         e => log::error(format_args!("cannot open {DEVICE_PATH}: {}", e.desc())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::compatibility;
+    use mtgdrdrv::pack;
+
+    #[test]
+    fn library_1_x_accepts_every_driver_0_x_from_its_minimum() {
+        assert!(compatibility(pack(0, 1), pack(1, 0)).is_ok());
+        assert!(
+            compatibility(pack(0, 9), pack(1, 0)).is_ok(),
+            "newer 0.x minors are accepted"
+        );
+        assert!(compatibility(pack(0, 1), pack(0, 5)).is_ok());
+    }
+
+    #[test]
+    fn mismatches_are_refused_with_what_to_do() {
+        let older = compatibility(pack(0, 0), pack(1, 0)).unwrap_err();
+        assert!(older.contains("upgrade mtgdrdrv-dkms"), "{older}");
+        let major = compatibility(pack(1, 0), pack(1, 0)).unwrap_err();
+        assert!(major.contains("driver major version 0"), "{major}");
+        let lib = compatibility(pack(0, 2), pack(1, 1)).unwrap_err();
+        assert!(lib.contains("needs libgdrapi 1.1"), "{lib}");
     }
 }

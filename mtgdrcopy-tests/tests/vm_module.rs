@@ -671,3 +671,33 @@ fn eight_threads_pin_map_copy_unmap_unpin_concurrently() {
 struct SharedGdr(gdr_t);
 // SAFETY: libgdrapi documents gdr_t as safe to use from several threads at once.
 unsafe impl Sync for SharedGdr {}
+
+/// Another user, without access to the device node, gets EACCES and, with logging on, a line
+/// naming the permission policy.
+#[test]
+fn another_user_without_access_is_refused() {
+    let code = in_child(|| {
+        // SAFETY: plain system calls in the forked child.
+        if unsafe { libc::setgid(65534) } != 0 || unsafe { libc::setuid(65534) } != 0 {
+            return 40;
+        }
+        match Gdr::open() {
+            Err(e) if e.errno() == Errno::EACCES => 0,
+            Err(_) => 41,
+            Ok(_) => 42,
+        }
+    });
+    assert_eq!(
+        code,
+        0,
+        "nobody must not open /dev/mtgdrdrv (mode {:o})",
+        device_mode()
+    );
+}
+
+fn device_mode() -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata("/dev/mtgdrdrv")
+        .map(|m| m.permissions().mode())
+        .unwrap_or(0)
+}
