@@ -1,4 +1,7 @@
-//! Support for the mtgdrcopy test programs: GPU memory backends and helpers shared by the
-//! sanity, bandwidth, latency and API-performance tools.
+//! Support for the mtgdrcopy test programs: the gdrapi C API loaded from the shared library,
+//! the GPU backend (MUSA's driver API, loaded at run time), and the emulator client used by the
+//! in-VM tests.
 
 pub mod emu;
+pub mod gdr;
+pub mod gpu;

@@ -1,0 +1,108 @@
+//! The gdrapi C API, loaded at run time from `libgdrapi.so.1` exactly as consumers such as
+//! UCX load it, so the programs test the installed shared library (and its package dependency
+//! is real). `GDRCOPY_LIBRARY` names another file to load.
+
+use std::ffi::{c_char, c_int, c_ulong, c_void, CStr};
+use std::sync::OnceLock;
+
+use anyhow::{anyhow, Context, Result};
+pub use gdrapi::capi::{gdr_info_v1, gdr_info_v2, gdr_mh_t, gdr_t};
+use libloading::Library;
+use nix::errno::Errno;
+
+/// Environment variable naming the library file to load instead of `libgdrapi.so.1`.
+pub const LIBRARY_ENV: &str = "GDRCOPY_LIBRARY";
+const DEFAULT_LIBRARY: &str = "libgdrapi.so.1";
+
+/// Every entry point of gdrapi.h, resolved once.
+pub struct Api {
+    _lib: Library,
+    pub open: unsafe extern "C" fn() -> gdr_t,
+    pub close: unsafe extern "C" fn(gdr_t) -> c_int,
+    pub pin_buffer: unsafe extern "C" fn(gdr_t, c_ulong, usize, u64, u32, *mut gdr_mh_t) -> c_int,
+    pub pin_buffer_v2: unsafe extern "C" fn(gdr_t, c_ulong, usize, u32, *mut gdr_mh_t) -> c_int,
+    pub unpin_buffer: unsafe extern "C" fn(gdr_t, gdr_mh_t) -> c_int,
+    pub get_callback_flag: unsafe extern "C" fn(gdr_t, gdr_mh_t, *mut c_int) -> c_int,
+    pub get_info_v1: unsafe extern "C" fn(gdr_t, gdr_mh_t, *mut gdr_info_v1) -> c_int,
+    pub get_info_v2: unsafe extern "C" fn(gdr_t, gdr_mh_t, *mut gdr_info_v2) -> c_int,
+    pub map: unsafe extern "C" fn(gdr_t, gdr_mh_t, *mut *mut c_void, usize) -> c_int,
+    pub map_v2: unsafe extern "C" fn(gdr_t, gdr_mh_t, *mut *mut c_void, usize, c_int) -> c_int,
+    pub unmap: unsafe extern "C" fn(gdr_t, gdr_mh_t, *mut c_void, usize) -> c_int,
+    pub copy_to_mapping: unsafe extern "C" fn(gdr_mh_t, *mut c_void, *const c_void, usize) -> c_int,
+    pub copy_from_mapping:
+        unsafe extern "C" fn(gdr_mh_t, *mut c_void, *const c_void, usize) -> c_int,
+    pub runtime_get_version: unsafe extern "C" fn(*mut c_int, *mut c_int),
+    pub driver_get_version: unsafe extern "C" fn(gdr_t, *mut c_int, *mut c_int) -> c_int,
+    pub get_attribute: unsafe extern "C" fn(gdr_t, c_int, *mut c_int) -> c_int,
+    pub get_mapping_type_string: unsafe extern "C" fn(c_int, *mut *const c_char) -> c_int,
+}
+
+/// The library, loaded on first use.
+pub fn api() -> Result<&'static Api> {
+    static API: OnceLock<std::result::Result<Api, String>> = OnceLock::new();
+    API.get_or_init(|| load().map_err(|e| format!("{e:#}")))
+        .as_ref()
+        .map_err(|e| anyhow!("{e}"))
+}
+
+fn load() -> Result<Api> {
+    let name = std::env::var(LIBRARY_ENV).unwrap_or_else(|_| DEFAULT_LIBRARY.into());
+    // SAFETY: loading libgdrapi runs no initialisers with preconditions (it has none).
+    let lib = unsafe { Library::new(&name) }.with_context(|| {
+        format!("cannot load {name}: install the libgdrapi package or set LD_LIBRARY_PATH")
+    })?;
+    macro_rules! sym {
+        ($name:literal) => {{
+            // SAFETY: the symbol is declared in gdrapi.h with exactly the type of the field it
+            // is stored in; the Library is kept alive in the same struct.
+            let s = unsafe { lib.get($name) }.with_context(|| {
+                format!(
+                    "{name} lacks {}",
+                    String::from_utf8_lossy(&$name[..$name.len() - 1])
+                )
+            })?;
+            *s
+        }};
+    }
+    Ok(Api {
+        open: sym!(b"gdr_open\0"),
+        close: sym!(b"gdr_close\0"),
+        pin_buffer: sym!(b"gdr_pin_buffer\0"),
+        pin_buffer_v2: sym!(b"gdr_pin_buffer_v2\0"),
+        unpin_buffer: sym!(b"gdr_unpin_buffer\0"),
+        get_callback_flag: sym!(b"gdr_get_callback_flag\0"),
+        get_info_v1: sym!(b"gdr_get_info\0"),
+        get_info_v2: sym!(b"gdr_get_info_v2\0"),
+        map: sym!(b"gdr_map\0"),
+        map_v2: sym!(b"gdr_map_v2\0"),
+        unmap: sym!(b"gdr_unmap\0"),
+        copy_to_mapping: sym!(b"gdr_copy_to_mapping\0"),
+        copy_from_mapping: sym!(b"gdr_copy_from_mapping\0"),
+        runtime_get_version: sym!(b"gdr_runtime_get_version\0"),
+        driver_get_version: sym!(b"gdr_driver_get_version\0"),
+        get_attribute: sym!(b"gdr_get_attribute\0"),
+        get_mapping_type_string: sym!(b"gdr_get_mapping_type_string\0"),
+        _lib: lib,
+    })
+}
+
+/// A gdrapi return code as a `Result`.
+pub fn check(rc: c_int) -> std::result::Result<(), Errno> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(Errno::from_raw(rc))
+    }
+}
+
+/// `gdr_get_mapping_type_string`, or `"?"` for an unknown type.
+pub fn mapping_type_name(api: &Api, mapping_type: c_int) -> String {
+    let mut s: *const c_char = std::ptr::null();
+    // SAFETY: `s` is a valid out pointer; on success it points to a static C string.
+    if unsafe { (api.get_mapping_type_string)(mapping_type, &mut s) } == 0 && !s.is_null() {
+        // SAFETY: the library returns a static NUL-terminated string.
+        unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned()
+    } else {
+        "?".into()
+    }
+}
