@@ -384,6 +384,10 @@ pub struct Args {
     /// Appended to the guest kernel's command line.
     #[arg(long, value_name = "ARGS", default_value = "")]
     kernel_cmdline: String,
+    /// Instead of a shell, run this shell command line in the guest (modules loaded, tools in
+    /// /usr/bin, LD_LIBRARY_PATH set), print the console and exit with its status.
+    #[arg(long, value_name = "CMD")]
+    run: Option<String>,
     /// Boot once non-interactively and check the harness itself (exit status, ivshmem, PAT).
     #[arg(long, hide = true)]
     selftest: bool,
@@ -402,6 +406,9 @@ pub fn cli(args: Args) -> Result<()> {
     );
     let sh = xshell::Shell::new()?;
     sh.change_dir(paths::root());
+    if let Some(command) = &args.run {
+        return crate::vmtest::run_command(&sh, &kernel, command, args.kernel_cmdline);
+    }
     let spec = crate::vmtest::interactive(&sh, &kernel, args.kernel_cmdline)?;
     run(
         &spec,

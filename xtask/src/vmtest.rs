@@ -56,8 +56,10 @@ fn copy_sources(from: &Path, to: &Path) -> Result<()> {
         .any(|ext| name_str.ends_with(ext))
             || name_str.starts_with('.')
             || name_str == "conftest.h";
-        if !built {
-            std::fs::copy(&path, to.join(&name))?;
+        // Unchanged files keep their timestamps, so kbuild does not rebuild for nothing.
+        let target = to.join(&name);
+        if !built && std::fs::read(&path)? != std::fs::read(&target).unwrap_or_default() {
+            std::fs::copy(&path, &target)?;
         }
     }
     Ok(())
@@ -86,6 +88,52 @@ fn build_test_binary(sh: &Shell) -> Result<PathBuf> {
     std::fs::create_dir_all(paths::build_dir().join("vm"))?;
     cmd!(sh, "strip --strip-debug -o {stripped} {exe}").run()?;
     Ok(stripped)
+}
+
+/// The programs of the mtgdrcopy-tests package, libgdrapi.so.1 and the emulated libmusa.so.1,
+/// built in release mode and stripped, with their guest paths (programs in /usr/bin).
+fn tool_files(sh: &Shell) -> Result<Vec<(PathBuf, String)>> {
+    cmd!(
+        sh,
+        "cargo build --quiet --release -p libgdrapi -p mtgpu-emu-musa --lib"
+    )
+    .run()?;
+    cmd!(
+        sh,
+        "cargo build --quiet --release -p mtgdrcopy-tests --bins"
+    )
+    .run()?;
+    let release = paths::root().join("target/release");
+    let staged = paths::build_dir().join("vm/bin");
+    std::fs::create_dir_all(&staged)?;
+    let mut files = Vec::new();
+    let mut stage = |from: PathBuf, name: &str, guest: String| -> Result<()> {
+        let to = staged.join(name);
+        cmd!(sh, "strip --strip-debug -o {to} {from}").run()?;
+        files.push((to, guest));
+        Ok(())
+    };
+    for entry in std::fs::read_dir(&release)? {
+        let path = entry?.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()).map(String::from) else {
+            continue;
+        };
+        if name.starts_with("mtgdrcopy_") && path.is_file() && !name.contains('.') {
+            stage(path, &name, format!("/usr/bin/{name}"))?;
+        }
+    }
+    let soname = format!("libgdrapi.so.{}", gdrapi::GDR_API_MAJOR_VERSION);
+    stage(
+        release.join("libgdrapi.so"),
+        &soname,
+        format!("/usr/lib/mtgdrcopy/{soname}"),
+    )?;
+    stage(
+        release.join("libmusa.so"),
+        "libmusa.so.1",
+        "/usr/lib/mtgdrcopy/emu/libmusa.so.1".into(),
+    )?;
+    Ok(files)
 }
 
 const SCRIPT: &str = r#"
@@ -124,12 +172,17 @@ fn module_vm(sh: &Shell, kernel: &Kernel) -> Result<vm::VmSpec> {
     let test_exe = build_test_binary(sh)?;
     timed("test binary built", t);
 
+    let t = Instant::now();
+    let tools = tool_files(sh)?;
+    timed("tools and libraries built", t);
+
     let mut spec = vm::VmSpec::new(kernel.clone());
     spec.files = vec![
         (mtgdrdrv_ko, "/lib/mtgdrcopy/mtgdrdrv.ko".into()),
         (emu_ko, "/lib/mtgdrcopy/mtgpu_emu.ko".into()),
         (test_exe, "/opt/mtgdrcopy/vm_module".into()),
     ];
+    spec.files.extend(tools);
     spec.ivshmem_mb = 256;
     spec.memory_mb = 1024;
     spec.timeout = Duration::from_secs(600);
@@ -146,9 +199,32 @@ pub fn interactive(sh: &Shell, kernel: &Kernel, extra_cmdline: String) -> Result
 }
 
 const LOAD_ONLY: &str = r#"
-insmod /lib/mtgdrcopy/mtgpu_emu.ko && insmod /lib/mtgdrcopy/mtgdrdrv.ko
-echo "modules loaded; tests: /opt/mtgdrcopy/vm_module --test-threads=1"
+insmod /lib/mtgdrcopy/mtgpu_emu.ko && insmod /lib/mtgdrcopy/mtgdrdrv.ko || exit 1
+for i in $(seq 50); do [ -c /dev/mtgdrdrv ] && [ -c /dev/mtgpu_emu ] && break; sleep 0.1; done
+# libgdrapi, and the emulated libmusa standing in for the MUSA driver's.
+export LD_LIBRARY_PATH=/usr/lib/mtgdrcopy:/usr/lib/mtgdrcopy/emu
+echo "modules loaded; tools in /usr/bin/mtgdrcopy_*; tests: /opt/mtgdrcopy/vm_module --test-threads=1"
 "#;
+
+/// `cargo xtask vm --run CMD`: boots the test VM with both modules loaded and runs `cmd` there
+/// (a shell command line), printing the console; fails unless it exits 0 with a clean kernel log.
+pub fn run_command(sh: &Shell, kernel: &Kernel, cmd: &str, extra_cmdline: String) -> Result<()> {
+    let mut spec = module_vm(sh, kernel)?;
+    spec.script = format!("{LOAD_ONLY}\n{cmd}\n");
+    spec.extra_cmdline = extra_cmdline;
+    let log = paths::build_dir().join("vm").join("run.log");
+    let outcome = vm::run(&spec, &log)?;
+    print!("{}", outcome.console.replace('\r', ""));
+    ensure!(
+        outcome.kernel_problems.is_empty(),
+        "kernel reported problems:\n{}",
+        outcome.kernel_problems.join("\n")
+    );
+    match outcome.exit_code {
+        Some(0) => Ok(()),
+        code => bail!("the command exited with {code:?}; log: {}", log.display()),
+    }
+}
 
 /// One boot of `kernel` running the module tests, judged by exit code, kernel log and counters.
 pub fn run_module_tests(sh: &Shell, kernel: &Kernel) -> Result<()> {
