@@ -5,3 +5,4 @@
 pub mod emu;
 pub mod gdr;
 pub mod gpu;
+pub mod musa;

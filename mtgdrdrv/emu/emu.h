@@ -61,6 +61,7 @@ struct emu_alloc {
 	u32 page_size;
 	u32 page_shift;
 	u32 npages;
+	bool managed;			/* MTGPU_EMU_ALLOC_MANAGED: get_pages refuses it */
 	unsigned int pins;		/* page tables handed out and not yet put */
 	u64 bar_off[];			/* BAR offset of each page, in VA order */
 };

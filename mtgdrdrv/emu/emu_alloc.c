@@ -134,7 +134,7 @@ static int emu_alloc_check(const struct mtgpu_emu_alloc *args, u64 *align)
 	default:
 		return -EINVAL;
 	}
-	if (!args->size || args->flags & ~MTGPU_EMU_ALLOC_SCATTER)
+	if (!args->size || args->flags & ~(MTGPU_EMU_ALLOC_SCATTER | MTGPU_EMU_ALLOC_MANAGED))
 		return -EINVAL;
 	if (args->align && (!is_power_of_2(args->align) || args->align > EMU_ALIGN_MAX))
 		return -EINVAL;
@@ -199,6 +199,7 @@ int emu_alloc_create(const struct file *file, struct mtgpu_emu_alloc *args)
 	a->page_size = args->page_size;
 	a->page_shift = ilog2(args->page_size);
 	a->npages = npages;
+	a->managed = args->flags & MTGPU_EMU_ALLOC_MANAGED;
 
 	ret = emu_alloc_back(a, align, args->flags & MTGPU_EMU_ALLOC_SCATTER);
 	if (ret)

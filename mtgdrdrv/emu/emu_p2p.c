@@ -4,9 +4,10 @@
  * EXPORT_SYMBOL, and the faults tests can make it show.
  *
  * Behaviour follows what is known of the real driver (reference/musa.md section 1.3):
- * get_pages resolves gpu_va in the calling process, pins the whole allocation and returns one
- * CPU physical address per page of the allocation's page size, the first being the page that
- * holds gpu_va; put_pages unpins and frees, using gpu_va only for logging. Both may sleep.
+ * get_pages resolves gpu_va in the calling process, refuses managed memory (-EINVAL), pins the
+ * whole allocation and returns one CPU physical address per page of the allocation's page size,
+ * the first being the page that holds gpu_va; put_pages unpins and frees, using gpu_va only for
+ * logging. Both may sleep.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -167,6 +168,11 @@ int mtgpu_p2p_get_pages(u64 gpu_va, u64 length, struct mtgpu_p2p_page_table **pa
 	if (!a) {
 		pr_err_ratelimited("unable to find device memory mapping for gpu va:0x%llx length:0x%llx\n",
 				   gpu_va, length);
+		goto out_unlock;
+	}
+	if (a->managed) {
+		pr_err_ratelimited("gpu va:0x%llx is managed memory, which cannot be pinned\n",
+				   gpu_va);
 		goto out_unlock;
 	}
 

@@ -35,6 +35,13 @@
 #define MTGPU_EMU_ALLOC_SCATTER 1
 
 /**
+ * `mtgpu_emu_alloc.flags`: managed (unified) memory, as `muMemAllocManaged` returns. It reads,
+ * writes and frees like any allocation, but `mtgpu_p2p_get_pages` refuses it with -EINVAL, as
+ * the real driver refuses to pin managed memory.
+ */
+#define MTGPU_EMU_ALLOC_MANAGED 2
+
+/**
  * Faults the next `mtgpu_p2p_get_pages` call(s) should show (`mtgpu_emu_fault.kind`).
  */
 enum mtgpu_emu_fault_kind

@@ -51,6 +51,29 @@ int mtgdrdrv_info_enabled;
 module_param_named(info_enabled, mtgdrdrv_info_enabled, int, 0644);
 MODULE_PARM_DESC(info_enabled, "Log informational messages (default: 0)");
 
+#ifdef MTGDRDRV_TEST_HOOKS
+/*
+ * Test builds only (Kbuild MTGDRDRV_TEST_HOOKS=y; DKMS never sets it): a
+ * nonzero value is what GET_VERSION reports as the driver version, so tests
+ * can check how the library handles a driver it does not support.
+ */
+static unsigned int mtgdrdrv_test_report_version;
+module_param_named(test_report_version, mtgdrdrv_test_report_version, uint,
+		   0644);
+MODULE_PARM_DESC(test_report_version,
+		 "Test builds only: driver version GET_VERSION reports, major << 16 | minor (default: 0 = the real one)");
+
+static u32 mtgdrdrv_reported_version(void)
+{
+	return READ_ONCE(mtgdrdrv_test_report_version) ?: MTGDRDRV_VERSION;
+}
+#else
+static u32 mtgdrdrv_reported_version(void)
+{
+	return MTGDRDRV_VERSION;
+}
+#endif
+
 struct mtgdrdrv_counters mtgdrdrv_counters;
 
 static struct proc_dir_entry *mtgdrdrv_proc_dir;
@@ -84,7 +107,7 @@ static int mtgdrdrv_ioctl_get_version(struct mtgdrdrv_file *priv,
 				      void __user *argp)
 {
 	struct GDRDRV_IOC_GET_VERSION_PARAMS p = {
-		.gdrdrv_version = MTGDRDRV_VERSION,
+		.gdrdrv_version = mtgdrdrv_reported_version(),
 		.minimum_gdr_api_version = MINIMUM_GDR_API_VERSION,
 	};
 
@@ -194,6 +217,10 @@ static int mtgdrdrv_params_show(struct seq_file *m, void *v)
 	seq_printf(m, "Version: %s\n", MTGDRDRV_VERSION_STRING);
 	seq_printf(m, "dbg_enabled: %d\n", READ_ONCE(mtgdrdrv_dbg_enabled));
 	seq_printf(m, "info_enabled: %d\n", READ_ONCE(mtgdrdrv_info_enabled));
+#ifdef MTGDRDRV_TEST_HOOKS
+	seq_printf(m, "test_report_version: 0x%x\n",
+		   READ_ONCE(mtgdrdrv_test_report_version));
+#endif
 	return 0;
 }
 
@@ -275,6 +302,9 @@ static int __init mtgdrdrv_init(void)
 		return ret;
 	}
 	pr_info("version %s loaded\n", MTGDRDRV_VERSION_STRING);
+#ifdef MTGDRDRV_TEST_HOOKS
+	pr_notice("built with test hooks (MTGDRDRV_TEST_HOOKS): not for production\n");
+#endif
 	return 0;
 }
 

@@ -27,6 +27,10 @@ pub const MTGPU_EMU_PAGE_2M: u32 = 2 * 1024 * 1024;
 
 /// `mtgpu_emu_alloc.flags`: back the allocation with pages in a scattered, non-contiguous order.
 pub const MTGPU_EMU_ALLOC_SCATTER: u32 = 0x1;
+/// `mtgpu_emu_alloc.flags`: managed (unified) memory, as `muMemAllocManaged` returns. It reads,
+/// writes and frees like any allocation, but `mtgpu_p2p_get_pages` refuses it with -EINVAL, as
+/// the real driver refuses to pin managed memory.
+pub const MTGPU_EMU_ALLOC_MANAGED: u32 = 0x2;
 
 /// Faults the next `mtgpu_p2p_get_pages` call(s) should show (`mtgpu_emu_fault.kind`).
 #[repr(u32)]

@@ -115,6 +115,7 @@ fn kmod_header(root: &Path) -> Result<String> {
             "MTGPU_EMU_PAGE_64K",
             "MTGPU_EMU_PAGE_2M",
             "MTGPU_EMU_ALLOC_SCATTER",
+            "MTGPU_EMU_ALLOC_MANAGED",
         ]
         .map(String::from),
     );

@@ -27,9 +27,12 @@ pub fn build_modules(sh: &Shell, kernel: &Kernel) -> Result<(PathBuf, PathBuf)> 
     }
     let kdir = &kernel.headers;
     let (kmod, emu) = (out.join("kmod"), out.join("emu"));
-    cmd!(sh, "make -s -C {kmod} KDIR={kdir} MTGPU_SYMVERS= W=1")
-        .run()
-        .context("building mtgdrdrv")?;
+    cmd!(
+        sh,
+        "make -s -C {kmod} KDIR={kdir} MTGPU_SYMVERS= MTGDRDRV_TEST_HOOKS=y W=1"
+    )
+    .run()
+    .context("building mtgdrdrv")?;
     cmd!(sh, "make -s -C {emu} KDIR={kdir} W=1")
         .run()
         .context("building mtgpu_emu")?;

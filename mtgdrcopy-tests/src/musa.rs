@@ -1,0 +1,473 @@
+//! The GPU backend: MUSA's driver API (`libmusa.so.1`), loaded at run time so the programs need
+//! no MUSA SDK to build and start on machines without one (they then say what is missing).
+//!
+//! Library search order: `libmusa.so.1`, `libmusa.so` (both through the dynamic loader, which
+//! honours `LD_LIBRARY_PATH`), then `lib/` and `lib64/` under `$MUSA_HOME` and under
+//! `/usr/local/musa`. On test machines the library found is the emulated one backed by
+//! `mtgpu_emu` (package `mtgpu-emu-musa`).
+//!
+//! Every [`Gpu`] method makes the device's primary context current in the calling thread
+//! first (`muCtxSetCurrent` is cheap), so a [`MusaGpu`] can be used from any thread.
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::fmt;
+use std::sync::OnceLock;
+
+use anyhow::{anyhow, bail, Result};
+use libloading::Library;
+
+use crate::gpu::{DevicePtr, Gpu};
+
+/// `MUresult`: 0 is success, other values are MUSA's (CUDA-mirrored) error codes.
+pub type MUresult = c_int;
+/// `MUdevice`: a device ordinal as the driver hands it out.
+pub type MUdevice = c_int;
+/// `MUcontext`: an opaque context handle.
+pub type MUcontext = *mut c_void;
+/// `MUdeviceptr`: a 64-bit device address.
+pub type MUdeviceptr = u64;
+/// `MUpointer_attribute`: a C enum.
+#[allow(non_camel_case_types)]
+pub type MUpointer_attribute = c_int;
+
+pub const MUSA_SUCCESS: MUresult = 0;
+pub const MUSA_ERROR_INVALID_VALUE: MUresult = 1;
+pub const MUSA_ERROR_NO_DEVICE: MUresult = 100;
+
+/// `muMemAllocManaged` flag: the memory is accessible from any stream on any device.
+pub const MU_MEM_ATTACH_GLOBAL: c_uint = 1;
+
+/// `MU_POINTER_ATTRIBUTE_SYNC_MEMOPS`. No public MUSA source confirms its value: 6 is CUDA's
+/// `CU_POINTER_ATTRIBUTE_SYNC_MEMOPS`, and MUSA mirrors CUDA's other enums (error codes, device
+/// attributes). If hardware disagrees, this is the one place to change.
+pub const MU_POINTER_ATTRIBUTE_SYNC_MEMOPS: MUpointer_attribute = 6;
+
+/// `$MUSA_HOME` (default [`DEFAULT_MUSA_HOME`]) is searched after the loader's own paths.
+pub const MUSA_HOME_ENV: &str = "MUSA_HOME";
+pub const DEFAULT_MUSA_HOME: &str = "/usr/local/musa";
+
+/// A failed driver call: its name, the MUSA code, and the driver's name and text for it.
+#[derive(Debug, Clone)]
+pub struct MusaError {
+    pub call: &'static str,
+    pub code: MUresult,
+    pub name: String,
+    pub message: String,
+}
+
+impl fmt::Display for MusaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} failed: {} ({}): {}",
+            self.call, self.name, self.code, self.message
+        )
+    }
+}
+
+impl std::error::Error for MusaError {}
+
+type MuInit = unsafe extern "C" fn(c_uint) -> MUresult;
+type MuDriverGetVersion = unsafe extern "C" fn(*mut c_int) -> MUresult;
+type MuDeviceGetCount = unsafe extern "C" fn(*mut c_int) -> MUresult;
+type MuDeviceGet = unsafe extern "C" fn(*mut MUdevice, c_int) -> MUresult;
+type MuDeviceGetName = unsafe extern "C" fn(*mut c_char, c_int, MUdevice) -> MUresult;
+type MuDeviceGetPciBusId = unsafe extern "C" fn(*mut c_char, c_int, MUdevice) -> MUresult;
+type MuPrimaryCtxRetain = unsafe extern "C" fn(*mut MUcontext, MUdevice) -> MUresult;
+type MuPrimaryCtxRelease = unsafe extern "C" fn(MUdevice) -> MUresult;
+type MuCtxSetCurrent = unsafe extern "C" fn(MUcontext) -> MUresult;
+type MuMemAlloc = unsafe extern "C" fn(*mut MUdeviceptr, usize) -> MUresult;
+type MuMemAllocManaged = unsafe extern "C" fn(*mut MUdeviceptr, usize, c_uint) -> MUresult;
+type MuMemFree = unsafe extern "C" fn(MUdeviceptr) -> MUresult;
+type MuMemcpyHtoD = unsafe extern "C" fn(MUdeviceptr, *const c_void, usize) -> MUresult;
+type MuMemcpyDtoH = unsafe extern "C" fn(*mut c_void, MUdeviceptr, usize) -> MUresult;
+type MuMemsetD8 = unsafe extern "C" fn(MUdeviceptr, u8, usize) -> MUresult;
+type MuPointerSetAttribute =
+    unsafe extern "C" fn(*const c_void, MUpointer_attribute, MUdeviceptr) -> MUresult;
+type MuGetErrorString = unsafe extern "C" fn(MUresult, *mut *const c_char) -> MUresult;
+
+/// The driver API entry points the programs use, resolved once.
+struct Api {
+    /// Where the library was found (the name as passed to dlopen).
+    path: String,
+    driver_get_version: MuDriverGetVersion,
+    device_get_count: MuDeviceGetCount,
+    device_get: MuDeviceGet,
+    device_get_name: MuDeviceGetName,
+    device_get_pci_bus_id: Option<MuDeviceGetPciBusId>,
+    primary_ctx_retain: MuPrimaryCtxRetain,
+    primary_ctx_release: MuPrimaryCtxRelease,
+    ctx_set_current: MuCtxSetCurrent,
+    mem_alloc: MuMemAlloc,
+    mem_alloc_managed: MuMemAllocManaged,
+    mem_free: MuMemFree,
+    memcpy_htod: MuMemcpyHtoD,
+    memcpy_dtoh: MuMemcpyDtoH,
+    memset_d8: MuMemsetD8,
+    pointer_set_attribute: MuPointerSetAttribute,
+    get_error_string: Option<MuGetErrorString>,
+    get_error_name: Option<MuGetErrorString>,
+    /// What `muInit(0)` returned.
+    init: MUresult,
+    _lib: Library,
+}
+
+impl Api {
+    /// `rc` as a `Result`, with the driver's own name and text for a failure.
+    fn check(&self, call: &'static str, rc: MUresult) -> std::result::Result<(), MusaError> {
+        if rc == MUSA_SUCCESS {
+            return Ok(());
+        }
+        let text = |f: Option<MuGetErrorString>| -> Option<String> {
+            let mut s: *const c_char = std::ptr::null();
+            // SAFETY: `s` is a valid out pointer; on success the driver stores a pointer to a
+            // static NUL-terminated string (or leaves it NULL, checked below).
+            let ok = unsafe { f?(rc, &mut s) } == MUSA_SUCCESS && !s.is_null();
+            // SAFETY: `s` is non-NULL and points to the driver's static C string.
+            ok.then(|| unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned())
+        };
+        Err(MusaError {
+            call,
+            code: rc,
+            name: text(self.get_error_name).unwrap_or_else(|| "MUSA_ERROR".into()),
+            message: text(self.get_error_string).unwrap_or_else(|| "unknown error".into()),
+        })
+    }
+}
+
+/// The library names tried, in order.
+fn candidates() -> Vec<String> {
+    let mut names = vec!["libmusa.so.1".to_string(), "libmusa.so".to_string()];
+    let mut homes = Vec::new();
+    if let Some(home) = std::env::var_os(MUSA_HOME_ENV).filter(|h| !h.is_empty()) {
+        homes.push(home.to_string_lossy().trim_end_matches('/').to_string());
+    }
+    homes.push(DEFAULT_MUSA_HOME.to_string());
+    for home in homes {
+        for dir in ["lib", "lib64"] {
+            let path = format!("{home}/{dir}/libmusa.so.1");
+            if !names.contains(&path) {
+                names.push(path);
+            }
+        }
+    }
+    names
+}
+
+fn open_library() -> Result<(Library, String)> {
+    let names = candidates();
+    let mut other_error = None;
+    for name in &names {
+        // SAFETY: libmusa's initialisers have no preconditions a caller must establish.
+        match unsafe { Library::new(name) } {
+            Ok(lib) => return Ok((lib, name.clone())),
+            Err(e) => {
+                // A file that exists but does not load (wrong architecture, missing dependency)
+                // is worth naming; "not found" for every candidate is the common case.
+                let text =
+                    std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string());
+                if other_error.is_none() && !text.contains("No such file") {
+                    other_error = Some(text);
+                }
+            }
+        }
+    }
+    let why = other_error.map(|e| format!(" ({e})")).unwrap_or_default();
+    bail!(
+        "cannot load the MUSA driver library, tried {}{why}: install the Moore Threads driver \
+         (it ships libmusa.so.1), or set LD_LIBRARY_PATH or {MUSA_HOME_ENV} to where it is",
+        names.join(", ")
+    )
+}
+
+fn load() -> Result<Api> {
+    let (lib, path) = open_library()?;
+    macro_rules! sym {
+        ($name:literal) => {{
+            // SAFETY: the symbol has the C signature of the musa.h prototype of the same name,
+            // which is exactly the type of the field it is stored in; the Library is kept alive
+            // in the same struct.
+            match unsafe { lib.get(concat!($name, "\0").as_bytes()) } {
+                Ok(s) => Some(*s),
+                Err(_) => None,
+            }
+        }};
+    }
+    macro_rules! req {
+        ($name:literal) => {
+            sym!($name).ok_or_else(|| {
+                anyhow!(
+                    "{path} lacks {}: not a MUSA driver library, or too old",
+                    $name
+                )
+            })?
+        };
+    }
+    let init: MuInit = req!("muInit");
+    let api = Api {
+        driver_get_version: req!("muDriverGetVersion"),
+        device_get_count: req!("muDeviceGetCount"),
+        device_get: req!("muDeviceGet"),
+        device_get_name: req!("muDeviceGetName"),
+        device_get_pci_bus_id: sym!("muDeviceGetPCIBusId"),
+        primary_ctx_retain: req!("muDevicePrimaryCtxRetain"),
+        // CUDA's `_v2` of this call has the same signature; accept either export.
+        primary_ctx_release: match sym!("muDevicePrimaryCtxRelease") {
+            Some(f) => f,
+            None => req!("muDevicePrimaryCtxRelease_v2"),
+        },
+        ctx_set_current: req!("muCtxSetCurrent"),
+        mem_alloc: req!("muMemAlloc"),
+        mem_alloc_managed: req!("muMemAllocManaged"),
+        mem_free: req!("muMemFree"),
+        memcpy_htod: req!("muMemcpyHtoD"),
+        memcpy_dtoh: req!("muMemcpyDtoH"),
+        memset_d8: req!("muMemsetD8"),
+        pointer_set_attribute: req!("muPointerSetAttribute"),
+        get_error_string: sym!("muGetErrorString"),
+        get_error_name: sym!("muGetErrorName"),
+        // SAFETY: muInit takes flags by value; 0 is the only defined value.
+        init: unsafe { init(0) },
+        path,
+        _lib: lib,
+    };
+    Ok(api)
+}
+
+/// The library, loaded and initialised (`muInit(0)`) on first use. A failed `muInit` is kept
+/// in [`Api::init`], not reported here, so "no device" can be told apart from "no library".
+fn api() -> Result<&'static Api> {
+    static API: OnceLock<std::result::Result<Api, String>> = OnceLock::new();
+    API.get_or_init(|| load().map_err(|e| format!("{e:#}")))
+        .as_ref()
+        .map_err(|e| anyhow!("{e}"))
+}
+
+/// The library the backend loaded, e.g. `libmusa.so.1` or `/usr/local/musa/lib/libmusa.so.1`.
+pub fn library_path() -> Result<&'static str> {
+    Ok(&api()?.path)
+}
+
+/// `muDriverGetVersion`, without opening a device (it needs no successful `muInit` either).
+pub fn driver_version() -> Result<i32> {
+    let api = api()?;
+    let mut v: c_int = 0;
+    // SAFETY: `v` is a valid out pointer.
+    api.check("muDriverGetVersion", unsafe {
+        (api.driver_get_version)(&mut v)
+    })?;
+    Ok(v)
+}
+
+/// The API after a successful `muInit`, or the one-line reason there is no usable driver.
+fn initialised() -> Result<&'static Api> {
+    let api = api()?;
+    match api.init {
+        MUSA_SUCCESS => Ok(api),
+        MUSA_ERROR_NO_DEVICE => bail!(no_device(api)),
+        rc => Err(api.check("muInit", rc).unwrap_err().into()),
+    }
+}
+
+fn no_device(api: &Api) -> String {
+    format!(
+        "no MUSA device found ({} loaded, but the driver reports none): is the mtgpu kernel \
+         driver loaded, and are /dev/mtgpu.N and /dev/dri/renderD* accessible to this user?",
+        api.path
+    )
+}
+
+/// How many devices the driver sees. 0 when `muInit` reports no device; an error when the
+/// library cannot be loaded or initialised.
+pub fn device_count() -> Result<i32> {
+    let api = api()?;
+    if api.init == MUSA_ERROR_NO_DEVICE {
+        return Ok(0);
+    }
+    let api = initialised()?;
+    let mut n: c_int = 0;
+    // SAFETY: `n` is a valid out pointer.
+    api.check("muDeviceGetCount", unsafe {
+        (api.device_get_count)(&mut n)
+    })?;
+    Ok(n)
+}
+
+/// Opens device `device` (an ordinal, 0-based): retains its primary context.
+pub fn open(device: i32) -> Result<Box<dyn Gpu>> {
+    Ok(Box::new(MusaGpu::open(device)?))
+}
+
+/// The primary context handle. The driver API allows a context to be made current in, and
+/// used from, any thread.
+#[derive(Clone, Copy)]
+struct Context(MUcontext);
+
+// SAFETY: a MUSA context handle is an opaque token the driver accepts from any thread
+// (muCtxSetCurrent binds it per thread); we never dereference it.
+unsafe impl Send for Context {}
+// SAFETY: as above; shared use only passes the token by value to the driver.
+unsafe impl Sync for Context {}
+
+/// One device with its primary context retained; released on drop.
+pub struct MusaGpu {
+    api: &'static Api,
+    device: MUdevice,
+    ordinal: i32,
+    ctx: Context,
+    name: String,
+    pci_bus_id: Option<String>,
+}
+
+impl MusaGpu {
+    pub fn open(ordinal: i32) -> Result<MusaGpu> {
+        let count = device_count()?;
+        let api = initialised()?;
+        if count == 0 {
+            bail!(no_device(api));
+        }
+        if !(0..count).contains(&ordinal) {
+            bail!(
+                "no MUSA device {ordinal}: the driver reports {count} device{} (0..{})",
+                if count == 1 { "" } else { "s" },
+                count - 1
+            );
+        }
+        let mut device: MUdevice = 0;
+        // SAFETY: `device` is a valid out pointer.
+        api.check("muDeviceGet", unsafe {
+            (api.device_get)(&mut device, ordinal)
+        })?;
+
+        let mut buf = [0 as c_char; 256];
+        // SAFETY: `buf` is writable for the length passed; the driver NUL-terminates.
+        api.check("muDeviceGetName", unsafe {
+            (api.device_get_name)(buf.as_mut_ptr(), buf.len() as c_int, device)
+        })?;
+        let name = c_buf_to_string(&buf);
+        let pci_bus_id = api.device_get_pci_bus_id.and_then(|f| {
+            let mut buf = [0 as c_char; 64];
+            // SAFETY: as above.
+            let rc = unsafe { f(buf.as_mut_ptr(), buf.len() as c_int, device) };
+            (rc == MUSA_SUCCESS).then(|| c_buf_to_string(&buf))
+        });
+
+        let mut ctx: MUcontext = std::ptr::null_mut();
+        // SAFETY: `ctx` is a valid out pointer.
+        api.check("muDevicePrimaryCtxRetain", unsafe {
+            (api.primary_ctx_retain)(&mut ctx, device)
+        })?;
+        let gpu = MusaGpu {
+            api,
+            device,
+            ordinal,
+            ctx: Context(ctx),
+            name,
+            pci_bus_id,
+        };
+        gpu.make_current()?;
+        Ok(gpu)
+    }
+
+    /// The ordinal this device was opened with.
+    pub fn ordinal(&self) -> i32 {
+        self.ordinal
+    }
+
+    /// Makes the primary context current in the calling thread.
+    fn make_current(&self) -> Result<()> {
+        // SAFETY: the context was retained by us and stays valid until drop.
+        let rc = unsafe { (self.api.ctx_set_current)(self.ctx.0) };
+        Ok(self.api.check("muCtxSetCurrent", rc)?)
+    }
+}
+
+fn c_buf_to_string(buf: &[c_char]) -> String {
+    let bytes: Vec<u8> = buf
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+impl Drop for MusaGpu {
+    fn drop(&mut self) {
+        // SAFETY: balances the retain in `open`. Errors at teardown have nowhere to go.
+        unsafe { (self.api.primary_ctx_release)(self.device) };
+    }
+}
+
+impl Gpu for MusaGpu {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn pci_bus_id(&self) -> Option<String> {
+        self.pci_bus_id.clone()
+    }
+
+    fn driver_version(&self) -> Result<i32> {
+        driver_version()
+    }
+
+    fn alloc(&self, size: usize) -> Result<DevicePtr> {
+        self.make_current()?;
+        let mut p: MUdeviceptr = 0;
+        // SAFETY: `p` is a valid out pointer.
+        let rc = unsafe { (self.api.mem_alloc)(&mut p, size) };
+        self.api.check("muMemAlloc", rc)?;
+        Ok(p)
+    }
+
+    fn alloc_managed(&self, size: usize) -> Result<DevicePtr> {
+        self.make_current()?;
+        let mut p: MUdeviceptr = 0;
+        // SAFETY: `p` is a valid out pointer.
+        let rc = unsafe { (self.api.mem_alloc_managed)(&mut p, size, MU_MEM_ATTACH_GLOBAL) };
+        self.api.check("muMemAllocManaged", rc)?;
+        Ok(p)
+    }
+
+    fn free(&self, ptr: DevicePtr) -> Result<()> {
+        self.make_current()?;
+        // SAFETY: takes the address by value; the driver validates it.
+        let rc = unsafe { (self.api.mem_free)(ptr) };
+        Ok(self.api.check("muMemFree", rc)?)
+    }
+
+    fn memcpy_htod(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
+        self.make_current()?;
+        // SAFETY: `src` is readable for its length for the duration of the (synchronous) call.
+        let rc = unsafe { (self.api.memcpy_htod)(dst, src.as_ptr().cast(), src.len()) };
+        Ok(self.api.check("muMemcpyHtoD", rc)?)
+    }
+
+    fn memcpy_dtoh(&self, dst: &mut [u8], src: DevicePtr) -> Result<()> {
+        self.make_current()?;
+        // SAFETY: `dst` is writable for its length for the duration of the (synchronous) call.
+        let rc = unsafe { (self.api.memcpy_dtoh)(dst.as_mut_ptr().cast(), src, dst.len()) };
+        Ok(self.api.check("muMemcpyDtoH", rc)?)
+    }
+
+    fn memset_d8(&self, dst: DevicePtr, value: u8, count: usize) -> Result<()> {
+        self.make_current()?;
+        // SAFETY: all arguments by value; the driver validates the range.
+        let rc = unsafe { (self.api.memset_d8)(dst, value, count) };
+        Ok(self.api.check("muMemsetD8", rc)?)
+    }
+
+    fn set_sync_memops(&self, ptr: DevicePtr) -> Result<()> {
+        self.make_current()?;
+        let flag: c_uint = 1;
+        // SAFETY: `flag` outlives the call; SYNC_MEMOPS reads an unsigned int from it.
+        let rc = unsafe {
+            (self.api.pointer_set_attribute)(
+                (&flag as *const c_uint).cast(),
+                MU_POINTER_ATTRIBUTE_SYNC_MEMOPS,
+                ptr,
+            )
+        };
+        Ok(self.api.check("muPointerSetAttribute(SYNC_MEMOPS)", rc)?)
+    }
+}

@@ -1,0 +1,106 @@
+//! How allocations are backed, from the environment (read once, by `muInit`):
+//!
+//! - `MTGPU_EMU_PAGE_SIZE`: page size of every allocation, 4096, 65536 (default) or 2097152;
+//!   `4K`, `64K`, `2M` and hex (`0x10000`) are accepted too.
+//! - `MTGPU_EMU_ALLOC_ALIGN`: GPU VA alignment of every allocation, a power of two up to 1 TiB
+//!   (default: the page size; the emulator raises a smaller one to the page size).
+
+use mtgdrdrv::emu::{MTGPU_EMU_PAGE_2M, MTGPU_EMU_PAGE_4K, MTGPU_EMU_PAGE_64K};
+
+pub const PAGE_SIZE_ENV: &str = "MTGPU_EMU_PAGE_SIZE";
+pub const ALLOC_ALIGN_ENV: &str = "MTGPU_EMU_ALLOC_ALIGN";
+const MAX_ALIGN: u64 = 1 << 40;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub page_size: u32,
+    pub align: u64,
+}
+
+impl Config {
+    pub fn from_env() -> Result<Config, String> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        Config::parse(
+            var(PAGE_SIZE_ENV).as_deref(),
+            var(ALLOC_ALIGN_ENV).as_deref(),
+        )
+    }
+
+    pub fn parse(page_size: Option<&str>, align: Option<&str>) -> Result<Config, String> {
+        let page_size = match page_size {
+            None => MTGPU_EMU_PAGE_64K,
+            Some(s) => match parse_size(s) {
+                Some(v)
+                    if [MTGPU_EMU_PAGE_4K, MTGPU_EMU_PAGE_64K, MTGPU_EMU_PAGE_2M]
+                        .iter()
+                        .any(|&p| u64::from(p) == v) =>
+                {
+                    v as u32
+                }
+                _ => {
+                    return Err(format!(
+                        "{PAGE_SIZE_ENV}={s:?} is not one of 4096, 65536, 2097152"
+                    ))
+                }
+            },
+        };
+        let align = match align {
+            None => u64::from(page_size),
+            Some(s) => match parse_size(s) {
+                Some(v) if v.is_power_of_two() && v <= MAX_ALIGN => v,
+                _ => {
+                    return Err(format!(
+                        "{ALLOC_ALIGN_ENV}={s:?} is not a power of two up to 1 TiB"
+                    ))
+                }
+            },
+        };
+        Ok(Config { page_size, align })
+    }
+}
+
+/// `4096`, `0x1000`, `4K`, `64k`, `2M`, `1G` (binary units).
+fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    if let Some(hex) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        return u64::from_str_radix(hex, 16).ok();
+    }
+    let (digits, shift) = match s.as_bytes().last()? {
+        b'k' | b'K' => (&s[..s.len() - 1], 10),
+        b'm' | b'M' => (&s[..s.len() - 1], 20),
+        b'g' | b'G' => (&s[..s.len() - 1], 30),
+        _ => (s, 0),
+    };
+    digits.parse::<u64>().ok()?.checked_mul(1 << shift)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_to_64k_pages_aligned_to_the_page() {
+        let c = Config::parse(None, None).unwrap();
+        assert_eq!((c.page_size, c.align), (65536, 65536));
+        let c = Config::parse(Some("2M"), None).unwrap();
+        assert_eq!((c.page_size, c.align), (2 << 20, 2 << 20));
+    }
+
+    #[test]
+    fn parses_sizes_and_rejects_others() {
+        assert_eq!(Config::parse(Some("4096"), None).unwrap().page_size, 4096);
+        assert_eq!(
+            Config::parse(Some("0x10000"), None).unwrap().page_size,
+            65536
+        );
+        assert_eq!(
+            Config::parse(Some("4k"), Some("1G")).unwrap().align,
+            1 << 30
+        );
+        assert!(Config::parse(Some("8192"), None).is_err());
+        assert!(Config::parse(Some("lots"), None).is_err());
+        assert!(Config::parse(None, Some("3000")).is_err());
+        assert!(Config::parse(None, Some("2048G")).is_err());
+        assert!(Config::parse(None, Some("99999999999999999999")).is_err());
+    }
+}
