@@ -94,7 +94,9 @@ struct mtgdrdrv_counters {
 	atomic64_t pins_outstanding;	/* pins whose pages are held */
 	atomic64_t bytes_pinned;	/* sum of their pinned lengths */
 	atomic64_t mappings;		/* live VMAs (a split VMA counts twice) */
-	atomic64_t get_pages_calls;	/* successful mtgpu_p2p_get_pages() */
+	/* Successful mtgpu_p2p_get_pages(): every one is matched by exactly
+	 * one put, so the two are equal whenever nothing is pinned. */
+	atomic64_t get_pages_calls;
 	atomic64_t put_pages_calls;	/* mtgpu_p2p_put_pages() calls */
 };
 

@@ -129,8 +129,10 @@ static int mtgdrdrv_pin(struct mtgdrdrv_file *priv, u64 addr, u64 size,
 
 	ret = mtgdrdrv_p2p_get(addr, size, &pin->pages);
 	if (ret) {
-		pr_warn_ratelimited("cannot pin 0x%llx@0x%llx: %d\n",
-				    size, addr, ret);
+		/* Mostly the caller's mistake (not its memory, managed
+		 * memory): not worth a warning in everyone's log. Provider
+		 * protocol errors were reported with pr_err already. */
+		mtgdrdrv_dbg("cannot pin 0x%llx@0x%llx: %d\n", size, addr, ret);
 		goto err_free;
 	}
 	pin->offset = addr - pin->pages.va;
