@@ -2,7 +2,9 @@
 //! the GPU backend (MUSA's driver API, loaded at run time), and the emulator client used by the
 //! in-VM tests.
 
+pub mod bench;
 pub mod emu;
 pub mod gdr;
 pub mod gpu;
 pub mod musa;
+pub mod sanity;

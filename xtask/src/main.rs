@@ -1,6 +1,7 @@
 //! `cargo xtask`: the project's build, codegen, packaging and test entry points.
 //! One module per subcommand; `main` only parses and dispatches.
 
+mod bench;
 mod codegen;
 mod kernel;
 mod paths;
@@ -33,6 +34,8 @@ enum Command {
     Test(test::Args),
     /// Boot the test kernel in QEMU and get a root shell in it.
     Vm(vm::Args),
+    /// Run copybw, copylat and apiperf in the test VM; JSON and SVG plots in build/bench/.
+    Bench(bench::Args),
 }
 
 fn main() -> Result<()> {
@@ -40,5 +43,6 @@ fn main() -> Result<()> {
         Command::Codegen { check } => codegen::run(check),
         Command::Test(args) => test::run(args),
         Command::Vm(args) => vm::cli(args),
+        Command::Bench(args) => bench::run(args),
     }
 }

@@ -34,6 +34,7 @@ pub fn run(args: Args) -> Result<()> {
     ];
     if !args.no_vm {
         steps.extend(crate::vmtest::test_steps());
+        steps.extend(crate::bench::quick_steps());
     }
 
     let mut failed = Vec::new();

@@ -152,6 +152,12 @@ cat /proc/driver/mtgdrdrv/params
 step tests
 /opt/mtgdrcopy/vm_module --test-threads=1
 rc=$?
+step sanity
+export LD_LIBRARY_PATH=/usr/lib/mtgdrcopy:/usr/lib/mtgdrcopy/emu
+for page in 4096 65536 2097152; do
+    echo "MTGDRCOPY-SANITY-PAGE $page"
+    MTGPU_EMU_PAGE_SIZE=$page mtgdrcopy_sanity -e || rc=1
+done
 step counters
 sed 's/^/MTGDRCOPY-COUNTER /' /proc/driver/mtgdrdrv/counters
 step unload
@@ -208,6 +214,15 @@ for i in $(seq 50); do [ -c /dev/mtgdrdrv ] && [ -c /dev/mtgpu_emu ] && break; s
 export LD_LIBRARY_PATH=/usr/lib/mtgdrcopy:/usr/lib/mtgdrcopy/emu
 echo "modules loaded; tools in /usr/bin/mtgdrcopy_*; tests: /opt/mtgdrcopy/vm_module --test-threads=1"
 "#;
+
+/// The test VM with both modules loaded, the tools in /usr/bin and LD_LIBRARY_PATH set, then
+/// running `script` (a shell script); for subcommands that judge the console themselves
+/// (`cargo xtask bench`).
+pub fn tools_vm(sh: &Shell, kernel: &Kernel, script: &str) -> Result<vm::VmSpec> {
+    let mut spec = module_vm(sh, kernel)?;
+    spec.script = format!("{LOAD_ONLY}\n{script}\n");
+    Ok(spec)
+}
 
 /// `cargo xtask vm --run CMD`: boots the test VM with both modules loaded and runs `cmd` there
 /// (a shell command line), printing the console; fails unless it exits 0 with a clean kernel log.
@@ -286,6 +301,7 @@ fn judge(outcome: &vm::VmOutcome, log: &Path) -> Result<()> {
             log.display()
         );
     }
+    check_sanity_summaries(console, log)?;
     let counters: Vec<&str> = console
         .lines()
         .filter_map(|l| Some(l[l.find("MTGDRCOPY-COUNTER ")? + 18..].trim()))
@@ -308,6 +324,34 @@ fn judge(outcome: &vm::VmOutcome, log: &Path) -> Result<()> {
             log.display()
         );
     }
+    Ok(())
+}
+
+/// The sanity suite ran once per emulated page size and each run's closing line says it all
+/// passed (`N passed, 0 failed`, optionally `, N skipped`).
+fn check_sanity_summaries(console: &str, log: &Path) -> Result<()> {
+    let mut page = None;
+    let mut seen = Vec::new();
+    for line in console.lines().map(|l| l.trim_end_matches('\r')) {
+        if let Some(p) = line.strip_prefix("MTGDRCOPY-SANITY-PAGE ") {
+            page = Some(p.trim().to_string());
+        } else if let Some((passed, rest)) = line.split_once(" passed, ") {
+            let Some(page) = page.take() else { continue };
+            let failed = rest.split(" failed").next().unwrap_or("");
+            eprintln!("      guest sanity, {page}-byte pages: {line}");
+            ensure!(
+                failed == "0" && passed.parse::<u32>().is_ok_and(|n| n > 0),
+                "mtgdrcopy_sanity with {page}-byte pages: {line}; full log: {}",
+                log.display()
+            );
+            seen.push(page);
+        }
+    }
+    ensure!(
+        seen.len() == 3,
+        "mtgdrcopy_sanity summaries found for page sizes {seen:?}, expected 3; full log: {}",
+        log.display()
+    );
     Ok(())
 }
 

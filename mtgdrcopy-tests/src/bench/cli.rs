@@ -1,0 +1,175 @@
+//! Options the three benchmarks share, and the parsers of their values.
+
+use std::ffi::c_int;
+
+use clap::ValueEnum;
+use gdrapi::MapRequest;
+
+/// `-d`, `-a`, `-M`, `--json`: the same letters and meaning in copybw, copylat and apiperf.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Common {
+    /// GPU device ordinal (0-based, as the MUSA driver numbers devices).
+    #[arg(short = 'd', long = "device", value_name = "GPU", default_value_t = 0,
+          value_parser = clap::value_parser!(i32).range(0..))]
+    pub device: i32,
+
+    /// Function that allocates the device buffer. muMemAlloc is the only one: mtgpu's P2P
+    /// interface pins memory from muMemAlloc (musaMalloc); there is no VMM (muMemCreate) path.
+    /// Upstream's name cuMemAlloc is accepted as a synonym.
+    #[arg(short = 'a', long = "alloc-fn", value_name = "FN", default_value = "muMemAlloc",
+          value_parser = parse_alloc_fn)]
+    pub alloc_fn: AllocFn,
+
+    /// Mapping type to request from gdr_map_v2. "default" lets the driver choose; mtgpu BAR
+    /// mappings are write-combined (WC). A type the driver cannot give is an error.
+    #[arg(short = 'M', long = "mapping", value_name = "TYPE", value_enum,
+          default_value_t = MapType::Default)]
+    pub mapping: MapType,
+
+    /// Also write the results as JSON to FILE ("-" for standard output, which moves the
+    /// human-readable report to standard error). The file is created before anything is
+    /// measured. The schema: one object per measured operation and size, units in the field
+    /// names (_us microseconds, _bytes, _mib_s).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<String>,
+}
+
+/// The allocation functions (`-a`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllocFn {
+    MuMemAlloc,
+}
+
+impl AllocFn {
+    pub fn name(self) -> &'static str {
+        match self {
+            AllocFn::MuMemAlloc => "muMemAlloc",
+        }
+    }
+}
+
+/// Parses `-a`.
+pub fn parse_alloc_fn(s: &str) -> Result<AllocFn, String> {
+    match s {
+        "muMemAlloc" | "cuMemAlloc" => Ok(AllocFn::MuMemAlloc),
+        "muMemCreate" | "cuMemCreate" => Err(format!(
+            "{s} (VMM allocations) is not supported: mtgpu's P2P interface pins muMemAlloc \
+             memory only; use muMemAlloc"
+        )),
+        _ => Err(format!(
+            "unknown allocation function {s:?}; the one supported is muMemAlloc"
+        )),
+    }
+}
+
+/// `-M`: what `gdr_map_v2` is asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum MapType {
+    /// GDR_MAP_FLAG_DEFAULT: whatever the driver gives (WC on mtgpu).
+    Default,
+    /// GDR_MAP_FLAG_REQ_WC_MAPPING: write-combined.
+    Wc,
+    /// GDR_MAP_FLAG_REQ_CACHE_MAPPING: cached (only on cache-coherent platforms).
+    Cache,
+    /// GDR_MAP_FLAG_REQ_DEVICE_MAPPING: uncached device memory.
+    Device,
+}
+
+impl MapType {
+    pub fn name(self) -> &'static str {
+        match self {
+            MapType::Default => "default",
+            MapType::Wc => "wc",
+            MapType::Cache => "cache",
+            MapType::Device => "device",
+        }
+    }
+
+    /// The `gdr_map_flags_t` value.
+    pub fn flag(self) -> c_int {
+        (match self {
+            MapType::Default => MapRequest::Default,
+            MapType::Wc => MapRequest::WriteCombining,
+            MapType::Cache => MapRequest::Caching,
+            MapType::Device => MapRequest::Device,
+        }) as c_int
+    }
+}
+
+/// A size in bytes: a number with an optional binary suffix K, M or G (also KiB/KB, MiB, …),
+/// case-insensitive: `65536`, `64K` and `64KiB` are the same.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, suffix) = t.split_at(digits);
+    if num.is_empty() {
+        return Err(format!(
+            "{s:?} is not a size: expected bytes, optionally with a K, M or G suffix (64K)"
+        ));
+    }
+    let shift = match suffix.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        _ => {
+            return Err(format!(
+                "unknown size suffix {suffix:?} in {s:?}: use K, M or G (binary: 1K = 1024 bytes)"
+            ))
+        }
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is too large a size"))?;
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("{s:?} is too large a size"))
+}
+
+/// An iteration count: at least 1.
+pub fn parse_iterations(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(0) => Err("the iteration count must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{s:?} is not an iteration count")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_take_binary_suffixes() {
+        assert_eq!(parse_size("0"), Ok(0));
+        assert_eq!(parse_size("131072"), Ok(131072));
+        assert_eq!(parse_size("64K"), Ok(65536));
+        assert_eq!(parse_size("64kib"), Ok(65536));
+        assert_eq!(parse_size("1M"), Ok(1 << 20));
+        assert_eq!(parse_size("16MiB"), Ok(16 << 20));
+        assert_eq!(parse_size("2G"), Ok(2 << 30));
+        assert_eq!(parse_size("12b"), Ok(12));
+        assert!(parse_size("").is_err());
+        assert!(parse_size("K").is_err());
+        assert!(parse_size("-1").is_err());
+        assert!(parse_size("1.5M").is_err());
+        assert!(parse_size("4T").is_err());
+        assert!(parse_size("99999999999999999999").is_err());
+        assert!(parse_size("17179869184G").is_err());
+    }
+
+    #[test]
+    fn alloc_fn_names() {
+        assert_eq!(parse_alloc_fn("muMemAlloc"), Ok(AllocFn::MuMemAlloc));
+        assert_eq!(parse_alloc_fn("cuMemAlloc"), Ok(AllocFn::MuMemAlloc));
+        let e = parse_alloc_fn("cuMemCreate").unwrap_err();
+        assert!(e.contains("muMemAlloc"), "{e}");
+        assert!(parse_alloc_fn("malloc").is_err());
+    }
+
+    #[test]
+    fn iterations_are_positive() {
+        assert_eq!(parse_iterations("10"), Ok(10));
+        assert!(parse_iterations("0").is_err());
+        assert!(parse_iterations("x").is_err());
+    }
+}

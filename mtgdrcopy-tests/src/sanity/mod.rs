@@ -1,0 +1,260 @@
+//! `mtgdrcopy_sanity`: upstream GDRCopy's sanity suite, ported to Moore Threads GPUs, plus the
+//! cases for what differs here (page sizes, persistent pins, refused flags and mapping types,
+//! the version handshake, provider faults, managed memory).
+//!
+//! Every case is a plain function of a [`Ctx`] that returns `Ok(())` (passed), an error
+//! (failed) or a [`Skip`] error (skipped, with the reason). [`runner`] runs each one in its own
+//! forked process group with a timeout, as upstream does. The case process starts without a
+//! MUSA context: a case opens the GPU itself ([`Ctx::gpu`]), after any fork it needs, because
+//! a driver API initialised before `fork` is not usable in the child.
+//!
+//! Upstream's `_vmmalloc` variants are not ported: this backend has no MUSA VMM allocations.
+//! They are named in [`NOT_PORTED`], listed by `-l`, and reported as skipped when asked for by
+//! name, so that nobody mistakes their absence for a pass.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::Result;
+
+use crate::gpu::Gpu;
+
+mod attributes;
+mod basic;
+mod data_validation;
+mod faults;
+mod invalidation;
+mod leakage;
+pub mod runner;
+mod support;
+
+/// What every case gets: the device to use.
+#[derive(Clone, Debug)]
+pub struct Ctx {
+    /// MUSA device ordinal (`-d`).
+    pub device: i32,
+}
+
+impl Ctx {
+    /// Opens the case's GPU (MUSA driver API) in the calling process.
+    pub fn gpu(&self) -> Result<Box<dyn Gpu>> {
+        crate::musa::open(self.device)
+    }
+}
+
+/// A case that cannot run here; the reason says why (missing emulator, VMM, privileges).
+#[derive(Debug)]
+pub struct Skip(pub String);
+
+impl fmt::Display for Skip {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Skip {}
+
+/// Ends the case as skipped with a formatted reason.
+macro_rules! skip {
+    ($($arg:tt)*) => {
+        return Err($crate::sanity::Skip(format!($($arg)*)).into())
+    };
+}
+use skip;
+
+static VERBOSE: AtomicBool = AtomicBool::new(false);
+
+/// Turns the cases' progress messages (`-v`) on or off for this process and its children.
+pub fn set_verbose(on: bool) {
+    VERBOSE.store(on, Ordering::Relaxed);
+}
+
+pub fn verbose() -> bool {
+    VERBOSE.load(Ordering::Relaxed)
+}
+
+/// A progress message of a case, printed to stderr with `-v` (upstream's `print_dbg`).
+macro_rules! note {
+    ($($arg:tt)*) => {
+        if $crate::sanity::verbose() {
+            eprintln!("  {}", format_args!($($arg)*));
+        }
+    };
+}
+use note;
+
+/// One registered case.
+#[derive(Clone, Copy)]
+pub struct Case {
+    pub name: &'static str,
+    pub run: fn(&Ctx) -> Result<()>,
+    /// Extended cases run only with `-e` or when named with `-t`.
+    pub extended: bool,
+}
+
+macro_rules! case {
+    ($module:ident :: $f:ident) => {
+        Case {
+            name: stringify!($f),
+            run: $module::$f,
+            extended: false,
+        }
+    };
+    (extended $module:ident :: $f:ident) => {
+        Case {
+            name: stringify!($f),
+            run: $module::$f,
+            extended: true,
+        }
+    };
+}
+
+/// Every case, regular ones first, each group in alphabetical order (upstream's order).
+pub fn cases() -> Vec<Case> {
+    let mut all = vec![
+        case!(attributes::attributes_sanity),
+        case!(attributes::version_handshake_unsupported_major),
+        case!(basic::basic_child_thread_pins_buffer_mumemalloc),
+        case!(basic::basic_host_page_granule_mumemalloc),
+        case!(basic::basic_managed_memory_refused),
+        case!(basic::basic_mumemalloc),
+        case!(basic::basic_pin_granule_mumemalloc),
+        case!(basic::basic_pin_spanning_two_allocations_mumemalloc),
+        case!(basic::basic_small_buffers_mapping),
+        case!(basic::basic_unaligned_mapping),
+        case!(basic::basic_v2_forcepci_mumemalloc),
+        case!(basic::basic_v2_mumemalloc),
+        case!(basic::basic_with_tokens),
+        case!(data_validation::data_validation_device_mapping_mumemalloc),
+        case!(data_validation::data_validation_mix_mappings_mumemalloc),
+        case!(data_validation::data_validation_mumemalloc),
+        case!(data_validation::data_validation_v2_forcepci_mumemalloc),
+        case!(data_validation::data_validation_v2_mumemalloc),
+        case!(faults::fault_get_pages_bad_page_size),
+        case!(faults::fault_get_pages_bad_version),
+        case!(faults::fault_get_pages_einval),
+        case!(faults::fault_get_pages_enomem),
+        case!(invalidation::invalidation_access_after_free_mumemalloc),
+        case!(invalidation::invalidation_access_after_gdr_close_mumemalloc),
+        case!(invalidation::invalidation_access_after_unpin_mumemalloc),
+        case!(invalidation::invalidation_callback_flag_after_free_mumemalloc),
+        case!(invalidation::invalidation_fork_access_after_free_mumemalloc),
+        case!(invalidation::invalidation_fork_after_gdr_map_mumemalloc),
+        case!(invalidation::invalidation_fork_child_gdr_map_parent_mumemalloc),
+        case!(invalidation::invalidation_fork_child_gdr_pin_parent_with_tokens),
+        case!(invalidation::invalidation_fork_map_and_free_mumemalloc),
+        case!(invalidation::invalidation_two_mappings_mumemalloc),
+        case!(invalidation::invalidation_unix_sock_shared_fd_gdr_map_mumemalloc),
+        case!(invalidation::invalidation_unix_sock_shared_fd_gdr_pin_buffer_mumemalloc),
+        case!(extended leakage::leakage_pin_pages_fork_mumemalloc),
+    ];
+    all.sort_by_key(|c| (c.extended, c.name));
+    all
+}
+
+/// Why upstream's `_vmmalloc` cases are not ported.
+pub const VMM_REASON: &str = "MUSA VMM allocations are not supported by this backend";
+
+/// Upstream cases left out on purpose, each with the reason.
+pub const NOT_PORTED: &[(&str, &str)] = &[
+    ("basic_v2_forcepci_vmmalloc", VMM_REASON),
+    ("basic_v2_vmmalloc", VMM_REASON),
+    ("basic_child_thread_pins_buffer_vmmalloc", VMM_REASON),
+    ("basic_vmmalloc", VMM_REASON),
+    ("data_validation_vmmalloc", VMM_REASON),
+    ("invalidation_access_after_free_vmmalloc", VMM_REASON),
+    ("invalidation_access_after_gdr_close_vmmalloc", VMM_REASON),
+    ("invalidation_fork_access_after_free_vmmalloc", VMM_REASON),
+    ("invalidation_fork_after_gdr_map_vmmalloc", VMM_REASON),
+    (
+        "invalidation_fork_child_gdr_map_parent_vmmalloc",
+        VMM_REASON,
+    ),
+    ("invalidation_fork_map_and_free_vmmalloc", VMM_REASON),
+    ("invalidation_two_mappings_vmmalloc", VMM_REASON),
+    (
+        "invalidation_unix_sock_shared_fd_gdr_map_vmmalloc",
+        VMM_REASON,
+    ),
+    (
+        "invalidation_unix_sock_shared_fd_gdr_pin_buffer_vmmalloc",
+        VMM_REASON,
+    ),
+];
+
+/// The reason `name` is not ported, if it is one of [`NOT_PORTED`].
+pub fn not_ported(name: &str) -> Option<&'static str> {
+    NOT_PORTED
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, why)| *why)
+}
+
+/// Known names closest to `name` (for "unknown test" errors): substring matches first, then
+/// small edit distances.
+pub fn close_names<'a>(name: &str, known: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut scored: Vec<(usize, &str)> = known
+        .into_iter()
+        .filter_map(|k| {
+            let d = if k.contains(name) || name.contains(k) {
+                0
+            } else {
+                edit_distance(name, k)
+            };
+            (d <= (name.len() / 3).max(3)).then_some((d, k))
+        })
+        .collect();
+    scored.sort();
+    scored.into_iter().take(5).map(|(_, k)| k).collect()
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let subst = prev[j] + usize::from(ca != *cb);
+            cur[j + 1] = subst.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_sorted_and_not_also_unported() {
+        let all = cases();
+        let names: Vec<&str> = all.iter().map(|c| c.name).collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), names.len(), "duplicate names");
+        for c in &all {
+            assert!(not_ported(c.name).is_none(), "{} is both", c.name);
+        }
+        let regular: Vec<&str> = all.iter().filter(|c| !c.extended).map(|c| c.name).collect();
+        let mut r = regular.clone();
+        r.sort();
+        assert_eq!(r, regular, "regular cases run in alphabetical order");
+    }
+
+    #[test]
+    fn close_names_suggests_typos_and_substrings() {
+        let known = [
+            "basic_mumemalloc",
+            "basic_v2_mumemalloc",
+            "attributes_sanity",
+        ];
+        assert_eq!(
+            close_names("basic_cumemalloc", known),
+            ["basic_mumemalloc", "basic_v2_mumemalloc"]
+        );
+        assert_eq!(close_names("attributes", known), ["attributes_sanity"]);
+        assert!(close_names("zzzzzzzzzz", known).is_empty());
+    }
+}

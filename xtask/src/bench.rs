@@ -1,0 +1,652 @@
+//! `cargo xtask bench`: runs mtgdrcopy_copybw, _copylat and _apiperf in the test VM (both
+//! modules loaded, the emulated GPU), brings their `--json` reports back over the serial
+//! console, checks them against the schema and plots them as SVG.
+//!
+//! Outputs, in build/bench/: `{copybw,copylat,apiperf}.json` (the tools' reports), `.txt` (their
+//! human-readable output) and `.svg` (the plots). The VM runs under TCG: the numbers show the
+//! software path's overhead, not PCIe or GPU speed.
+//!
+//! The console is the only channel out of the guest, and the kernel may print on it at any
+//! time, so every line of a file is sent with a `MTGDRCOPY-BENCH <file> ` prefix; lines
+//! without it (kernel messages, the boot log) are skipped.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use plotters::prelude::*;
+use xshell::Shell;
+
+use crate::kernel::{self, Kernel};
+use crate::{paths, test, vm, vmtest};
+
+// The schema, from the tools' own source: one definition, no crate dependency on the tools
+// (which would make every xtask build wait for them).
+#[path = "../../mtgdrcopy-tests/src/bench/result.rs"]
+#[allow(dead_code)]
+mod result;
+
+use result::{BenchResult, Operation, Report, Tool, SCHEMA_VERSION};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Short runs (small sizes, few iterations; about a minute), as CI uses.
+    #[arg(long)]
+    quick: bool,
+    /// Do not run anything: redraw the SVGs from the JSON files already in build/bench/.
+    #[arg(long, conflicts_with = "quick")]
+    replot: bool,
+}
+
+/// The three tools' arguments for one kind of run (`--json` is added).
+struct Profile {
+    name: &'static str,
+    copybw: &'static str,
+    copylat: &'static str,
+    apiperf: &'static str,
+    /// The whole VM run, boot included.
+    timeout: Duration,
+}
+
+/// Two to three minutes under TCG: copy sizes to 16 MiB (copybw) and 4 MiB (copylat, whose
+/// runtime memcpy is slow through the emulator), 16 MiB pins (apiperf, upstream's default).
+const FULL: Profile = Profile {
+    name: "full",
+    copybw: "-s 16M -l -w 1000 -r 100",
+    copylat: "-s 4M -w 1000 -r 100 -c",
+    apiperf: "-s 16M -n 100 -w 10",
+    timeout: Duration::from_secs(1800),
+};
+
+/// Seconds: the shape of every output, not meaningful numbers.
+const QUICK: Profile = Profile {
+    name: "quick",
+    copybw: "-s 64K -l -w 100 -r 10",
+    copylat: "-s 64K -w 100 -r 10 -c",
+    apiperf: "-s 1M -n 10 -w 2",
+    timeout: Duration::from_secs(600),
+};
+
+const TOOLS: [Tool; 3] = [Tool::Copybw, Tool::Copylat, Tool::Apiperf];
+
+/// The prefix of every line of a file sent over the console.
+const FILE_PREFIX: &str = "MTGDRCOPY-BENCH ";
+
+/// `cargo xtask bench`.
+pub fn run(args: Args) -> Result<()> {
+    let sh = Shell::new()?;
+    sh.change_dir(paths::root());
+    let profile = if args.quick { &QUICK } else { &FULL };
+    let out = paths::build_dir().join("bench");
+    if args.replot {
+        let mut reports = Vec::new();
+        for tool in TOOLS {
+            let path = out.join(format!("{}.json", tool.name()));
+            let text = std::fs::read_to_string(&path).with_context(|| {
+                format!("reading {} (run cargo xtask bench first)", path.display())
+            })?;
+            let report =
+                parse_report(tool, &text).with_context(|| format!("{}", path.display()))?;
+            reports.push((tool, report));
+        }
+        for svg in plot_all(&reports, &out)? {
+            eprintln!("    {}", svg.display());
+        }
+        return Ok(());
+    }
+    let t = Instant::now();
+    let reports = run_in_vm(&sh, profile, &out)?;
+    for (tool, _) in &reports {
+        let txt = out.join(format!("{}.txt", tool.name()));
+        println!("==> {} ({})", tool.name(), profile_args(profile, *tool));
+        print!("{}", std::fs::read_to_string(&txt).unwrap_or_default());
+        // Warnings the tool wrote to stderr (e.g. an iteration count raised to the buckets).
+        let err = out.join(format!("{}.err", tool.name()));
+        let err = std::fs::read_to_string(&err).unwrap_or_default();
+        if !err.trim().is_empty() {
+            eprint!("{err}");
+        }
+    }
+    let svgs = plot_all(&reports, &out)?;
+    eprintln!(
+        "xtask: bench ({}) done in {:.0} s; under QEMU TCG the numbers show software overhead, \
+         not PCIe speed",
+        profile.name,
+        t.elapsed().as_secs_f64()
+    );
+    for (tool, _) in &reports {
+        eprintln!(
+            "    {}",
+            out.join(format!("{}.json", tool.name())).display()
+        );
+    }
+    for svg in svgs {
+        eprintln!("    {}", svg.display());
+    }
+    Ok(())
+}
+
+/// For `cargo xtask test`: a short run of each benchmark in the VM, checking that each wrote a
+/// valid report and that the plots render. Outputs go to build/bench-quick/.
+pub fn quick_steps() -> Vec<test::Step<'static>> {
+    vec![(
+        "benchmarks in QEMU, quick (copybw, copylat, apiperf --json)",
+        Box::new(|sh: &Shell| {
+            let out = paths::build_dir().join("bench-quick");
+            let reports = run_in_vm(sh, &QUICK, &out)?;
+            plot_all(&reports, &out)?;
+            Ok(())
+        }),
+    )]
+}
+
+fn profile_args(profile: &Profile, tool: Tool) -> &'static str {
+    match tool {
+        Tool::Copybw => profile.copybw,
+        Tool::Copylat => profile.copylat,
+        Tool::Apiperf => profile.apiperf,
+    }
+}
+
+/// The guest script: each tool writes its JSON, its stdout and its stderr to files, which are
+/// then sent over the console line by line; a failing tool ends the script after its output
+/// was sent.
+fn guest_script(profile: &Profile) -> String {
+    let mut s = String::from(
+        "B=/tmp/bench\n\
+         mkdir -p $B\n\
+         bench() {\n\
+         \x20 name=$1; shift\n\
+         \x20 echo \"MTGDRCOPY-STEP $name $(cut -d' ' -f1 /proc/uptime)\"\n\
+         \x20 \"$@\" --json $B/$name.json >$B/$name.txt 2>$B/$name.err\n\
+         \x20 rc=$?\n\
+         \x20 for f in txt err json; do\n\
+         \x20   [ -f $B/$name.$f ] && sed \"s/^/MTGDRCOPY-BENCH $name.$f /\" $B/$name.$f\n\
+         \x20 done\n\
+         \x20 [ $rc -eq 0 ] || { echo \"MTGDRCOPY-FAIL $name exited with $rc\"; exit 1; }\n\
+         }\n",
+    );
+    for tool in TOOLS {
+        let name = tool.name();
+        let _ = writeln!(
+            s,
+            "bench {name} mtgdrcopy_{name} {}",
+            profile_args(profile, tool)
+        );
+    }
+    s.push_str("echo \"MTGDRCOPY-STEP done $(cut -d' ' -f1 /proc/uptime)\"\n");
+    s
+}
+
+/// Boots the VM, runs the tools, writes their files into `out` and returns the parsed,
+/// checked reports.
+fn run_in_vm(sh: &Shell, profile: &Profile, out: &Path) -> Result<Vec<(Tool, Report)>> {
+    kernel::ensure_host_packages(vmtest::HOST_PACKAGES)?;
+    let kernel: Kernel = kernel::bookworm_kernel()?;
+    let mut spec = vmtest::tools_vm(sh, &kernel, &guest_script(profile))?;
+    spec.timeout = profile.timeout;
+    let log = paths::build_dir().join("vm").join("bench.log");
+    eprintln!(
+        "xtask: bench ({}) in QEMU (TCG) on {}; console in {}",
+        profile.name,
+        kernel.release,
+        log.display()
+    );
+    let t = Instant::now();
+    let outcome = vm::run(&spec, &log)?;
+    eprintln!("    VM run: {:.1} s", t.elapsed().as_secs_f64());
+    let console = outcome.console.replace('\r', "");
+    print_guest_steps(&console);
+    let files = extract_files(&console);
+
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    for (name, text) in &files {
+        let path = out.join(name);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    ensure!(
+        outcome.kernel_problems.is_empty(),
+        "kernel reported problems:\n{}\nfull log: {}",
+        outcome.kernel_problems.join("\n"),
+        log.display()
+    );
+    if outcome.exit_code != Some(0) {
+        let failure = console
+            .lines()
+            .find_map(|l| l.split_once("MTGDRCOPY-FAIL ").map(|(_, r)| r.to_string()))
+            .unwrap_or_else(|| format!("the guest script exited with {:?}", outcome.exit_code));
+        let stderr: String = files
+            .iter()
+            .filter(|(name, _)| name.ends_with(".err"))
+            .map(|(_, text)| text.as_str())
+            .collect();
+        bail!(
+            "{failure}\n{}\nfull log: {}",
+            stderr.trim_end(),
+            log.display()
+        );
+    }
+    let mut reports = Vec::new();
+    for tool in TOOLS {
+        let name = format!("{}.json", tool.name());
+        let text = files
+            .get(&name)
+            .with_context(|| format!("the guest sent no {name}; full log: {}", log.display()))?;
+        let report = parse_report(tool, text)
+            .with_context(|| format!("{} (saved as {})", name, out.join(&name).display()))?;
+        reports.push((tool, report));
+    }
+    Ok(reports)
+}
+
+/// The guest's step markers, as durations.
+fn print_guest_steps(console: &str) {
+    let marks: Vec<(&str, f64)> = console
+        .lines()
+        .filter_map(|l| {
+            let (_, rest) = l.split_once("MTGDRCOPY-STEP ")?;
+            let mut f = rest.split_whitespace();
+            Some((f.next()?, f.next()?.parse().ok()?))
+        })
+        .collect();
+    for pair in marks.windows(2) {
+        eprintln!("      guest {}: {:.1} s", pair[0].0, pair[1].1 - pair[0].1);
+    }
+}
+
+/// The files the guest sent: file name → text. A line's content is what follows
+/// `MTGDRCOPY-BENCH <file> `; other lines are ignored.
+fn extract_files(console: &str) -> BTreeMap<String, String> {
+    let mut files: BTreeMap<String, String> = BTreeMap::new();
+    for line in console.lines() {
+        let Some((_, rest)) = line.split_once(FILE_PREFIX) else {
+            continue;
+        };
+        let (name, content) = rest.split_once(' ').unwrap_or((rest, ""));
+        let name_ok = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-');
+        if !name_ok {
+            continue;
+        }
+        let text = files.entry(name.to_string()).or_default();
+        text.push_str(content);
+        text.push('\n');
+    }
+    files
+}
+
+/// Parses and checks one report: the schema version, the tool, and the operations it must
+/// contain, with finite, non-negative times.
+fn parse_report(tool: Tool, text: &str) -> Result<Report> {
+    let report: Report = serde_json::from_str(text).context("not a valid report")?;
+    ensure!(
+        report.schema_version == SCHEMA_VERSION,
+        "schema version {} (expected {SCHEMA_VERSION})",
+        report.schema_version
+    );
+    ensure!(
+        report.tool == tool,
+        "written by {} (expected {})",
+        report.tool.name(),
+        tool.name()
+    );
+    let expected: &[Operation] = match tool {
+        Tool::Copybw => &[Operation::CopyToMapping, Operation::CopyFromMapping],
+        Tool::Copylat => &[
+            Operation::CopyToMapping,
+            Operation::CopyFromMapping,
+            Operation::MemcpyHtod,
+            Operation::MemcpyDtoh,
+        ],
+        Tool::Apiperf => &[
+            Operation::Pin,
+            Operation::Map,
+            Operation::GetInfo,
+            Operation::Unmap,
+            Operation::Unpin,
+        ],
+    };
+    for op in expected {
+        ensure!(
+            report.results.iter().any(|r| r.operation == *op),
+            "no {} result",
+            op.function()
+        );
+    }
+    for r in &report.results {
+        let times = [Some(r.mean_us), r.min_us, r.median_us, r.max_us];
+        ensure!(
+            times.iter().flatten().all(|t| t.is_finite() && *t >= 0.0),
+            "{} of {} bytes: a time is negative or not finite",
+            r.operation.function(),
+            r.size_bytes
+        );
+        ensure!(
+            r.setup.tool == tool && r.iterations > 0 && r.size_bytes > 0,
+            "{} of {} bytes: inconsistent row",
+            r.operation.function(),
+            r.size_bytes
+        );
+    }
+    if tool == Tool::Copybw {
+        ensure!(
+            report.results.iter().all(|r| r.bandwidth_mib_s.is_some()),
+            "a copybw row has no bandwidth"
+        );
+    }
+    if tool == Tool::Apiperf {
+        let pins = report
+            .results
+            .iter()
+            .filter(|r| r.operation == Operation::Pin);
+        for r in pins {
+            let bins = r.histogram.as_deref().unwrap_or_default();
+            let total: u64 = bins.iter().map(|b| b.count).sum();
+            ensure!(
+                total == r.iterations,
+                "the pin histogram of {} bytes holds {total} of {} calls",
+                r.size_bytes,
+                r.iterations
+            );
+        }
+    }
+    Ok(report)
+}
+
+// ---- plots ----
+
+/// One line of a chart: x = log2(size in bytes), y > 0.
+struct Series {
+    label: String,
+    points: Vec<(f64, f64)>,
+    color: RGBColor,
+    dashed: bool,
+}
+
+const COLORS: [RGBColor; 5] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+    RGBColor(255, 127, 14),
+];
+
+/// The rows of `op`, as (log2 size, value) points with positive values, by size.
+fn points(
+    report: &Report,
+    op: Operation,
+    value: impl Fn(&BenchResult) -> Option<f64>,
+) -> Vec<(f64, f64)> {
+    let mut pts: Vec<(f64, f64)> = report
+        .results
+        .iter()
+        .filter(|r| r.operation == op && r.size_bytes > 0)
+        .filter_map(|r| Some(((r.size_bytes as f64).log2(), value(r)?)))
+        .filter(|&(_, y)| y > 0.0 && y.is_finite())
+        .collect();
+    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    pts
+}
+
+/// Writes copybw.svg, copylat.svg and apiperf.svg into `out`; returns their paths.
+fn plot_all(reports: &[(Tool, Report)], out: &Path) -> Result<Vec<PathBuf>> {
+    let mut written = Vec::new();
+    for (tool, report) in reports {
+        let Some(first) = report.results.first() else {
+            continue;
+        };
+        let device = format!(
+            "{}, {} mapping",
+            first.setup.device_name, first.setup.mapping_type
+        );
+        let (title, y_desc, series) = match tool {
+            Tool::Copybw => (
+                format!("copybw: copy bandwidth through the mapping ({device})"),
+                "MiB/s (bytes/s / 2^20)",
+                [
+                    (Operation::CopyToMapping, "write (gdr_copy_to_mapping)"),
+                    (Operation::CopyFromMapping, "read (gdr_copy_from_mapping)"),
+                ]
+                .iter()
+                .zip(COLORS)
+                .map(|(&(op, label), color)| Series {
+                    label: label.into(),
+                    points: points(report, op, |r| r.bandwidth_mib_s),
+                    color,
+                    dashed: false,
+                })
+                .collect::<Vec<_>>(),
+            ),
+            Tool::Copylat => {
+                let mut v = Vec::new();
+                let ops = [
+                    Operation::CopyToMapping,
+                    Operation::CopyFromMapping,
+                    Operation::MemcpyHtod,
+                    Operation::MemcpyDtoh,
+                ];
+                for (op, color) in ops.into_iter().zip(COLORS) {
+                    v.push(Series {
+                        label: format!("{} P50", op.function()),
+                        points: points(report, op, |r| r.median_us),
+                        color,
+                        dashed: false,
+                    });
+                    v.push(Series {
+                        label: format!("{} P0", op.function()),
+                        points: points(report, op, |r| r.min_us),
+                        color,
+                        dashed: true,
+                    });
+                }
+                (
+                    format!("copylat: latency per copy, P50 solid, P0 dashed ({device})"),
+                    "microseconds per copy",
+                    v,
+                )
+            }
+            Tool::Apiperf => {
+                let ops = [
+                    Operation::Pin,
+                    Operation::Map,
+                    Operation::GetInfo,
+                    Operation::Unmap,
+                    Operation::Unpin,
+                ];
+                let v = ops
+                    .into_iter()
+                    .zip(COLORS)
+                    .map(|(op, color)| Series {
+                        label: format!("{} P50", op.function()),
+                        points: points(report, op, |r| r.median_us),
+                        color,
+                        dashed: false,
+                    })
+                    .collect();
+                (
+                    format!("apiperf: latency per call vs pinned size ({device})"),
+                    "microseconds per call (P50)",
+                    v,
+                )
+            }
+        };
+        let path = out.join(format!("{}.svg", tool.name()));
+        line_chart(&path, &title, y_desc, &series)
+            .with_context(|| format!("plotting {}", path.display()))?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+/// A log-log chart: x is log2 of the size (labelled in bytes), y on a log scale.
+fn line_chart(path: &Path, title: &str, y_desc: &str, series: &[Series]) -> Result<()> {
+    let all = || series.iter().flat_map(|s| s.points.iter());
+    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
+    for &(x, y) in all() {
+        x0 = x0.min(x);
+        x1 = x1.max(x);
+        y0 = y0.min(y);
+        y1 = y1.max(y);
+    }
+    ensure!(x0 <= x1, "nothing to plot");
+    let root = SVGBackend::new(path, (1000, 620)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(16)
+        .x_label_area_size(50)
+        .y_label_area_size(80)
+        .build_cartesian_2d(
+            (x0 - 0.25)..(x1 + 0.25),
+            ((y0 / 1.5)..(y1 * 1.5)).log_scale(),
+        )?;
+    chart
+        .configure_mesh()
+        .x_desc("size (bytes)")
+        .y_desc(y_desc)
+        // Enough labels that plotters steps by 1 or 2 powers of two (never 5).
+        .x_labels(((x1 - x0).ceil() as usize) / 2 + 2)
+        .x_label_formatter(&|x| size_label(*x))
+        .y_label_formatter(&|y| number_label(*y))
+        .draw()?;
+    for s in series.iter().filter(|s| !s.points.is_empty()) {
+        let color = s.color;
+        let style = color.stroke_width(2);
+        let drawn = if s.dashed {
+            chart.draw_series(DashedLineSeries::new(s.points.iter().copied(), 6, 4, style))?
+        } else {
+            chart.draw_series(LineSeries::new(s.points.iter().copied(), style))?
+        };
+        // Three segments either way (one element type): gapped when dashed, touching when not.
+        let gap = if s.dashed { 3 } else { 0 };
+        drawn.label(s.label.clone()).legend(move |(x, y)| {
+            let style = color.stroke_width(2);
+            EmptyElement::at((x, y))
+                + PathElement::new(vec![(0, 0), (7, 0)], style)
+                + PathElement::new(vec![(7 + gap, 0), (17 - gap, 0)], style)
+                + PathElement::new(vec![(17, 0), (24, 0)], style)
+        });
+        if !s.dashed {
+            chart.draw_series(s.points.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+        }
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+/// `2^x` bytes as `1`, `512`, `4K`, `16M`; empty between powers of two.
+fn size_label(x: f64) -> String {
+    if (x - x.round()).abs() > 1e-6 || !(0.0..=62.0).contains(&x) {
+        return String::new();
+    }
+    let n = 1u64 << x.round() as u32;
+    match n {
+        n if n >= 1 << 30 => format!("{}G", n >> 30),
+        n if n >= 1 << 20 => format!("{}M", n >> 20),
+        n if n >= 1 << 10 => format!("{}K", n >> 10),
+        n => n.to_string(),
+    }
+}
+
+/// A tick value without float noise: 1500, 12.5, 0.03.
+fn number_label(y: f64) -> String {
+    let s = if y >= 100.0 {
+        format!("{y:.0}")
+    } else if y >= 1.0 {
+        format!("{y:.1}")
+    } else {
+        format!("{y:.3}")
+    };
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_come_back_from_a_noisy_console() {
+        let console = "\
+[    5.1] booting\n\
+MTGDRCOPY-STEP copybw 5.3\n\
+MTGDRCOPY-BENCH copybw.txt # device 0: x\n\
+MTGDRCOPY-BENCH copybw.txt \n\
+[    5.4] mtgdrdrv: something\n\
+MTGDRCOPY-BENCH copybw.json {\n\
+MTGDRCOPY-BENCH copybw.json   \"a\": [1, 2]\n\
+junk MTGDRCOPY-BENCH copybw.json }\n\
+MTGDRCOPY-BENCH ../evil x\n";
+        let files = extract_files(console);
+        assert_eq!(files["copybw.txt"], "# device 0: x\n\n");
+        assert_eq!(files["copybw.json"], "{\n  \"a\": [1, 2]\n}\n");
+        assert!(!files.contains_key("../evil"));
+        assert_eq!(files.len(), 2);
+    }
+
+    #[test]
+    fn guest_script_runs_every_tool_with_json() {
+        let s = guest_script(&QUICK);
+        for tool in TOOLS {
+            assert!(
+                s.contains(&format!("bench {0} mtgdrcopy_{0} ", tool.name())),
+                "{s}"
+            );
+        }
+        assert!(s.contains("--json $B/$name.json"));
+    }
+
+    #[test]
+    fn labels() {
+        assert_eq!(size_label(0.0), "1");
+        assert_eq!(size_label(9.0), "512");
+        assert_eq!(size_label(12.0), "4K");
+        assert_eq!(size_label(24.0), "16M");
+        assert_eq!(size_label(2.5), "");
+        assert_eq!(number_label(1500.0), "1500");
+        assert_eq!(number_label(12.5), "12.5");
+        assert_eq!(number_label(0.03), "0.03");
+        assert_eq!(number_label(10.0), "10");
+    }
+
+    #[test]
+    fn reports_are_checked() {
+        let bad = r#"{"schema_version": 1, "tool": "copybw", "results": []}"#;
+        let e = parse_report(Tool::Copybw, bad).unwrap_err();
+        assert!(format!("{e:#}").contains("gdr_copy_to_mapping"), "{e:#}");
+        let e = parse_report(Tool::Apiperf, bad).unwrap_err();
+        assert!(format!("{e:#}").contains("written by copybw"), "{e:#}");
+        assert!(parse_report(Tool::Copybw, "{").is_err());
+    }
+
+    #[test]
+    fn plots_render_without_fonts() {
+        let dir = std::env::temp_dir().join(format!("xtask-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.svg");
+        let series = [Series {
+            label: "write".into(),
+            points: vec![(0.0, 0.5), (10.0, 500.0), (20.0, 1800.0)],
+            color: COLORS[0],
+            dashed: false,
+        }];
+        line_chart(&path, "t", "MiB/s", &series).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.contains("<text") && svg.contains("1M"), "{svg}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
