@@ -38,6 +38,9 @@ pub struct Args {
     /// Do not run anything: redraw the SVGs from the JSON files already in build/bench/.
     #[arg(long, conflicts_with = "quick")]
     replot: bool,
+    /// Only the host microbenchmarks of the copy routines (ordinary memory, no VM).
+    #[arg(long, conflicts_with_all = ["quick", "replot"])]
+    host_only: bool,
 }
 
 /// The three tools' arguments for one kind of run (`--json` is added).
@@ -96,6 +99,9 @@ pub fn run(args: Args) -> Result<()> {
         }
         return Ok(());
     }
+    if args.host_only {
+        return host_bench(&sh, &out);
+    }
     let t = Instant::now();
     let reports = run_in_vm(&sh, profile, &out)?;
     for (tool, _) in &reports {
@@ -124,6 +130,22 @@ pub fn run(args: Args) -> Result<()> {
     }
     for svg in svgs {
         eprintln!("    {}", svg.display());
+    }
+    if !args.quick {
+        host_bench(&sh, &out)?;
+    }
+    Ok(())
+}
+
+fn host_bench(sh: &Shell, out: &Path) -> Result<()> {
+    let t = Instant::now();
+    let files = crate::hostbench::run(sh, out)?;
+    eprintln!(
+        "xtask: host copy microbenchmarks (ordinary memory, not a device mapping) done in {:.0} s",
+        t.elapsed().as_secs_f64()
+    );
+    for f in files {
+        eprintln!("    {}", f.display());
     }
     Ok(())
 }
@@ -360,14 +382,14 @@ fn parse_report(tool: Tool, text: &str) -> Result<Report> {
 // ---- plots ----
 
 /// One line of a chart: x = log2(size in bytes), y > 0.
-struct Series {
-    label: String,
-    points: Vec<(f64, f64)>,
-    color: RGBColor,
-    dashed: bool,
+pub(crate) struct Series {
+    pub label: String,
+    pub points: Vec<(f64, f64)>,
+    pub color: RGBColor,
+    pub dashed: bool,
 }
 
-const COLORS: [RGBColor; 5] = [
+pub(crate) const COLORS: [RGBColor; 5] = [
     RGBColor(31, 119, 180),
     RGBColor(214, 39, 40),
     RGBColor(44, 160, 44),
@@ -483,7 +505,7 @@ fn plot_all(reports: &[(Tool, Report)], out: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// A log-log chart: x is log2 of the size (labelled in bytes), y on a log scale.
-fn line_chart(path: &Path, title: &str, y_desc: &str, series: &[Series]) -> Result<()> {
+pub(crate) fn line_chart(path: &Path, title: &str, y_desc: &str, series: &[Series]) -> Result<()> {
     let all = || series.iter().flat_map(|s| s.points.iter());
     let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
     for &(x, y) in all() {

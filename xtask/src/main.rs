@@ -3,6 +3,8 @@
 
 mod bench;
 mod codegen;
+mod copycount;
+mod hostbench;
 mod kernel;
 mod paths;
 mod test;
@@ -36,6 +38,8 @@ enum Command {
     Vm(vm::Args),
     /// Run copybw, copylat and apiperf in the test VM; JSON and SVG plots in build/bench/.
     Bench(bench::Args),
+    /// Count instructions and device-side accesses of every copy variant with valgrind.
+    CopyCounts,
 }
 
 fn main() -> Result<()> {
@@ -44,5 +48,6 @@ fn main() -> Result<()> {
         Command::Test(args) => test::run(args),
         Command::Vm(args) => vm::cli(args),
         Command::Bench(args) => bench::run(args),
+        Command::CopyCounts => copycount::run(),
     }
 }

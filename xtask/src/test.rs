@@ -31,6 +31,10 @@ pub fn run(args: Args) -> Result<()> {
         ("unit and integration tests", Box::new(unit_tests)),
         ("libgdrapi.so exports and soname", Box::new(shared_library)),
         ("gdrapi.h C and C++ compile test", Box::new(header_test)),
+        (
+            "copy variants: instructions and device accesses (valgrind)",
+            Box::new(|_: &Shell| crate::copycount::run()),
+        ),
     ];
     if !args.no_vm {
         steps.extend(crate::vmtest::test_steps());
