@@ -2,17 +2,25 @@
 //! One module per subcommand; `main` only parses and dispatches.
 
 mod bench;
+mod build;
 mod codegen;
 mod copycount;
+mod deb;
 mod hostbench;
+mod install;
 mod kernel;
 mod paths;
+mod stage;
 mod test;
 mod vm;
 mod vmtest;
+mod workspace;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+
+use crate::deb::Which;
+use crate::stage::Package;
 
 #[derive(Parser)]
 #[command(
@@ -40,6 +48,34 @@ enum Command {
     Bench(bench::Args),
     /// Count instructions and device-side accesses of every copy variant with valgrind.
     CopyCounts,
+    /// Build the driver (for one kernel), the library and/or the tools.
+    Build(build::Args),
+    /// Remove build/ and cargo's target directory.
+    Clean,
+    /// Install the library, the tools and/or the driver from source (default prefix /usr/local).
+    Install(install::Args),
+    /// Stage the mtgdrdrv-dkms package's tree in build/pkg/mtgdrdrv-dkms.
+    BuildKmod,
+    /// Stage the libgdrapi package's tree in build/pkg/libgdrapi.
+    BuildLib,
+    /// Stage the mtgdrcopy-tests package's tree in build/pkg/mtgdrcopy-tests.
+    BuildTests,
+    /// Stage the mtgdrcopy metapackage's tree in build/pkg/mtgdrcopy.
+    BuildMeta,
+    /// Build the mtgdrdrv-dkms .deb into build/.
+    DebKmod,
+    /// Build the libgdrapi .deb into build/.
+    DebLib,
+    /// Build the mtgdrcopy-tests .deb into build/.
+    DebTests,
+    /// Build the mtgdrcopy metapackage .deb into build/.
+    DebMeta,
+    /// Build the four .debs of a release into build/.
+    DebAll,
+    /// Build the single package `mtgdrcopy` holding everything into build/.
+    DebBundle,
+    /// Same as deb-bundle (the old single-package name).
+    Deb,
 }
 
 fn main() -> Result<()> {
@@ -49,5 +85,18 @@ fn main() -> Result<()> {
         Command::Vm(args) => vm::cli(args),
         Command::Bench(args) => bench::run(args),
         Command::CopyCounts => copycount::run(),
+        Command::Build(args) => build::cli(args),
+        Command::Clean => build::clean(),
+        Command::Install(args) => install::cli(args),
+        Command::BuildKmod => stage::cli(Package::Kmod),
+        Command::BuildLib => stage::cli(Package::Lib),
+        Command::BuildTests => stage::cli(Package::Tests),
+        Command::BuildMeta => stage::cli(Package::Meta),
+        Command::DebKmod => deb::cli(Which::One(Package::Kmod)),
+        Command::DebLib => deb::cli(Which::One(Package::Lib)),
+        Command::DebTests => deb::cli(Which::One(Package::Tests)),
+        Command::DebMeta => deb::cli(Which::One(Package::Meta)),
+        Command::DebAll => deb::cli(Which::All),
+        Command::DebBundle | Command::Deb => deb::cli(Which::One(Package::Bundle)),
     }
 }
