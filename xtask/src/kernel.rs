@@ -2,16 +2,17 @@
 //!
 //! The host cannot load modules, so tests boot a Debian kernel in QEMU. The kernel image must be
 //! the one the installed headers describe, or modversions reject our module. Images are fetched
-//! with `apt-get download` (the machine's own apt sources; no mirror is named here) and unpacked
-//! into `cache_dir()/kernels/<release>/`, so a second run touches neither apt nor the network.
+//! with `apt-get download` (the machine's own apt sources, or those of the chroot that holds the
+//! headers; no mirror is named here) and unpacked into `cache_dir()/kernels/<release>/`, so a
+//! second run touches neither apt nor the network.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use xshell::{cmd, Shell};
 
-use crate::paths;
+use crate::{chroot, paths};
 
 /// A kernel we can build modules against and boot.
 #[derive(Clone, Debug)]
@@ -20,8 +21,42 @@ pub struct Kernel {
     pub release: String,
     /// The bootable image (bzImage), unpacked from Debian's unsigned image package.
     pub vmlinuz: PathBuf,
-    /// The kbuild tree: `make -C <headers> M=<dir> modules`.
+    /// The kbuild tree: `make -C <headers> M=<dir> modules`, a path as `builder` sees it.
     pub headers: PathBuf,
+    /// Where modules for this kernel are compiled.
+    pub builder: Builder,
+}
+
+/// Where a kernel's modules are compiled: on this machine (its headers and gcc match), or in a
+/// chroot of the kernel's own suite, which has the compiler the kernel was built with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Builder {
+    Host,
+    /// The chroot's root directory on the host (see chroot.rs).
+    Chroot(PathBuf),
+}
+
+impl Builder {
+    /// The host path of `path` as the builder sees it.
+    pub fn host_path(&self, path: &Path) -> PathBuf {
+        match self {
+            Builder::Host => path.to_owned(),
+            Builder::Chroot(root) => chroot::host_path(root, path),
+        }
+    }
+
+    /// `program` run by the builder, in `cwd` (a path as the builder sees it) when given.
+    pub fn cmd<'a>(&self, sh: &'a Shell, cwd: Option<&Path>, program: &str) -> xshell::Cmd<'a> {
+        match self {
+            // A Cmd takes the Shell's directory when it runs, not when it is built: `env -C`
+            // makes the directory part of the command.
+            Builder::Host => match cwd {
+                Some(dir) => cmd!(sh, "env -C {dir} {program}"),
+                None => sh.cmd(program),
+            },
+            Builder::Chroot(root) => chroot::command(sh, root, cwd, program),
+        }
+    }
 }
 
 /// The newest bookworm 6.1 kernel whose headers are installed, installing headers and fetching
@@ -38,11 +73,31 @@ pub fn bookworm_kernel() -> Result<Kernel> {
         }
     };
     let headers = PathBuf::from(format!("/usr/src/linux-headers-{release}"));
-    let vmlinuz = cached_image(&release)?;
+    let vmlinuz = cached_image(&release, &Builder::Host)?;
     Ok(Kernel {
         release,
         vmlinuz,
         headers,
+        builder: Builder::Host,
+    })
+}
+
+/// The kernel `release` whose headers are installed in the chroot at `root`, its image fetched
+/// through that chroot's apt on first use.
+pub fn chroot_kernel(root: &Path, release: &str) -> Result<Kernel> {
+    let builder = Builder::Chroot(root.to_owned());
+    let headers = PathBuf::from(format!("/usr/src/linux-headers-{release}"));
+    ensure!(
+        builder.host_path(&headers).join("Makefile").is_file(),
+        "{} has no headers for {release}",
+        root.display()
+    );
+    let vmlinuz = cached_image(release, &builder)?;
+    Ok(Kernel {
+        release: release.to_owned(),
+        vmlinuz,
+        headers,
+        builder,
     })
 }
 
@@ -128,8 +183,9 @@ fn bookworm_abi(release: &str) -> Option<u32> {
     abi.parse().ok()
 }
 
-/// The image for `release` in the cache, downloaded and unpacked if absent.
-fn cached_image(release: &str) -> Result<PathBuf> {
+/// The image for `release` in the cache, downloaded (through `apt`'s package lists) and unpacked
+/// if absent.
+fn cached_image(release: &str, apt: &Builder) -> Result<PathBuf> {
     let dir = paths::cache_dir().join("kernels").join(release);
     let vmlinuz = dir.join("boot").join(format!("vmlinuz-{release}"));
     if vmlinuz.is_file() {
@@ -142,7 +198,7 @@ fn cached_image(release: &str) -> Result<PathBuf> {
     // Unpack next to the final place and rename at the end, so that an interrupted download never
     // leaves a directory that looks complete.
     let staging = dir.with_file_name(format!(".{release}.tmp-{}", std::process::id()));
-    let result = fetch_image(release, &staging).and_then(|()| {
+    let result = fetch_image(release, &staging, apt).and_then(|()| {
         if vmlinuz.is_file() {
             // Another xtask fetched it meanwhile and may be booting it: keep theirs.
             return Ok(());
@@ -164,36 +220,76 @@ fn cached_image(release: &str) -> Result<PathBuf> {
     Ok(vmlinuz)
 }
 
-fn fetch_image(release: &str, staging: &Path) -> Result<()> {
+fn fetch_image(release: &str, staging: &Path, apt: &Builder) -> Result<()> {
     let sh = Shell::new()?;
-    let download = staging.join("download");
-    fs::create_dir_all(&download).with_context(|| format!("creating {}", download.display()))?;
-    let package = format!("linux-image-{release}-unsigned");
+    // Debian 7.x split the image package: the unsigned bzImage moved from
+    // linux-image-<release>-unsigned (boot/vmlinuz-<release>) to linux-binary-unsigned-<release>
+    // (usr/lib/modules/<release>/vmlinuz.unsigned).
+    let packages = [
+        format!("linux-image-{release}-unsigned"),
+        format!("linux-binary-unsigned-{release}"),
+    ];
     // Pin the image to the exact upload of the installed headers: the same ABI name can be
     // rebuilt, and modversion CRCs must match the kernel we boot.
-    let pinned = cmd!(sh, "dpkg-query -W -f '${Version}' linux-headers-{release}")
+    let headers_version = apt
+        .cmd(&sh, None, "dpkg-query")
+        .args([
+            "-W",
+            "-f",
+            "${Version}",
+            &format!("linux-headers-{release}"),
+        ])
         .quiet()
         .ignore_stderr()
         .read()
         .ok()
-        .filter(|v| !v.trim().is_empty())
-        .map(|v| format!("{package}={}", v.trim()));
-    let candidates: Vec<&str> = pinned
-        .iter()
-        .map(String::as_str)
-        .chain([package.as_str()])
-        .collect();
-    download_deb(&sh, &download, &candidates)?;
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty());
+    let mut candidates: Vec<String> = Vec::new();
+    if let Some(version) = &headers_version {
+        candidates.extend(packages.iter().map(|p| format!("{p}={version}")));
+    }
+    candidates.extend(packages.iter().cloned());
 
-    let deb = fs::read_dir(&download)
-        .with_context(|| format!("reading {}", download.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| p.extension().is_some_and(|e| e == "deb"))
-        .with_context(|| format!("apt-get download left no .deb in {}", download.display()))?;
-    cmd!(sh, "dpkg-deb -x {deb} {staging}")
-        .quiet()
-        .run()
-        .with_context(|| format!("unpacking {}", deb.display()))?;
+    // apt-get download writes into its working directory, which must be visible to the
+    // builder: inside the chroot for a chroot's apt.
+    let download_inside = match apt {
+        Builder::Host => staging.join("download"),
+        Builder::Chroot(_) => PathBuf::from(format!(
+            "/var/tmp/mtgdrcopy-download-{}",
+            std::process::id()
+        )),
+    };
+    let download = apt.host_path(&download_inside);
+    fs::create_dir_all(&download).with_context(|| format!("creating {}", download.display()))?;
+    let result = download_deb(&sh, apt, &download_inside, &candidates).and_then(|()| {
+        let deb = fs::read_dir(&download)
+            .with_context(|| format!("reading {}", download.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| p.extension().is_some_and(|e| e == "deb"))
+            .with_context(|| format!("apt-get download left no .deb in {}", download.display()))?;
+        cmd!(sh, "dpkg-deb -x {deb} {staging}")
+            .quiet()
+            .run()
+            .with_context(|| format!("unpacking {}", deb.display()))
+    });
+    // Best effort: a leftover download directory only wastes space.
+    let _ = fs::remove_dir_all(&download);
+    result?;
+
+    let boot = staging.join("boot");
+    let vmlinuz = boot.join(format!("vmlinuz-{release}"));
+    if !vmlinuz.is_file() {
+        let modules = staging.join("usr/lib/modules").join(release);
+        let found = ["vmlinuz.unsigned", "vmlinuz"]
+            .iter()
+            .map(|name| modules.join(name))
+            .find(|p| p.is_file())
+            .with_context(|| format!("the image package for {release} has no vmlinuz"))?;
+        fs::create_dir_all(&boot).with_context(|| format!("creating {}", boot.display()))?;
+        fs::rename(&found, &vmlinuz)
+            .with_context(|| format!("moving {} to {}", found.display(), vmlinuz.display()))?;
+    }
     // Only boot/ (vmlinuz, config, System.map) is needed: the guest gets its modules from the
     // initramfs, and lib/modules would add ~400 MB to the cache.
     for sub in ["download", "lib", "usr"] {
@@ -205,17 +301,28 @@ fn fetch_image(release: &str, staging: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Downloads the first of `candidates` that apt can find into `dir`, refreshing the package lists
-/// once if none is known (fresh containers ship without lists).
-fn download_deb(sh: &Shell, dir: &Path, candidates: &[&str]) -> Result<()> {
-    let _cwd = sh.push_dir(dir);
+/// Downloads the first of `candidates` that `apt` can find into `dir` (a path as `apt` sees
+/// it), refreshing the package lists once if none is known (fresh containers ship without lists).
+fn download_deb(sh: &Shell, apt: &Builder, dir: &Path, candidates: &[String]) -> Result<()> {
     let mut errors = String::new();
     for refreshed in [false, true] {
         if refreshed {
-            apt(sh, &["update"])?;
+            match apt {
+                Builder::Host => self::apt(sh, &["update"])?,
+                Builder::Chroot(root) => {
+                    apt.cmd(sh, None, "apt-get")
+                        .arg("update")
+                        .quiet()
+                        .ignore_stdout()
+                        .run()
+                        .with_context(|| format!("apt-get update in {}", root.display()))?;
+                }
+            }
         }
-        for &candidate in candidates {
-            let out = cmd!(sh, "apt-get download {candidate}")
+        for candidate in candidates {
+            let out = apt
+                .cmd(sh, Some(dir), "apt-get")
+                .args(["download", candidate])
                 .quiet()
                 .ignore_status()
                 .output()

@@ -3,12 +3,14 @@
 
 mod bench;
 mod build;
+mod chroot;
 mod codegen;
 mod copycount;
 mod deb;
 mod hostbench;
 mod install;
 mod kernel;
+mod matrix;
 mod paths;
 mod stage;
 mod test;
@@ -48,6 +50,9 @@ enum Command {
     Bench(bench::Args),
     /// Count instructions and device-side accesses of every copy variant with valgrind.
     CopyCounts,
+    /// Build the modules and the DKMS package for Debian's 5.10, 6.1, 6.12 and 7.x kernels in
+    /// chroots of their suites, and run the VM tests on 6.1 and 7.x.
+    KmodMatrix(matrix::Args),
     /// Build the driver (for one kernel), the library and/or the tools.
     Build(build::Args),
     /// Remove build/ and cargo's target directory.
@@ -85,6 +90,7 @@ fn main() -> Result<()> {
         Command::Vm(args) => vm::cli(args),
         Command::Bench(args) => bench::run(args),
         Command::CopyCounts => copycount::run(),
+        Command::KmodMatrix(args) => matrix::cli(args),
         Command::Build(args) => build::cli(args),
         Command::Clean => build::clean(),
         Command::Install(args) => install::cli(args),

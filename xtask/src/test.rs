@@ -14,6 +14,9 @@ pub struct Args {
     /// Skip the steps that boot QEMU (the kernel module tests).
     #[arg(long)]
     pub no_vm: bool,
+    /// Skip the kernel matrix (`cargo xtask kmod-matrix`: chroots of four Debian suites).
+    #[arg(long)]
+    pub no_matrix: bool,
 }
 
 pub type Step<'a> = (&'static str, Box<dyn Fn(&Shell) -> Result<()> + 'a>);
@@ -43,6 +46,9 @@ pub fn run(args: Args) -> Result<()> {
     if !args.no_vm {
         steps.extend(crate::vmtest::test_steps());
         steps.extend(crate::bench::quick_steps());
+    }
+    if !args.no_matrix {
+        steps.push(crate::matrix::test_step(!args.no_vm));
     }
 
     let mut failed = Vec::new();
@@ -236,7 +242,6 @@ fn run_header_test(_sh: &Shell, exe: &Path) -> Result<()> {
     );
     Ok(())
 }
-
 /// Builds the four release packages and the bundle (as `cargo xtask deb-all` and `deb-bundle`)
 /// and checks that each control file names its package and carries its crate's version.
 fn packages(sh: &Shell) -> Result<()> {

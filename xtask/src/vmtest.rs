@@ -9,34 +9,198 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use xshell::{cmd, Shell};
 
-use crate::kernel::{self, Kernel};
+use crate::kernel::{self, Builder, Kernel};
 use crate::{paths, vm};
 
 /// Debian packages the VM steps need on the host.
 pub const HOST_PACKAGES: &[&str] = &["qemu-system-x86", "busybox-static", "make", "gcc"];
 
-/// Builds `mtgdrdrv.ko` and `mtgpu_emu.ko` for `kernel` in a copy of the sources under
-/// build/kmod/<release>, so the source tree stays clean and kernels do not share objects.
-/// mtgdrdrv takes the provider's symbol CRCs from its co-built stub, as on hosts without
-/// mtgpu's Module.symvers: loading it against the emulator then proves the CRCs match.
+/// Builds `mtgdrdrv.ko` and `mtgpu_emu.ko` for `kernel` in a copy of the sources, so the source
+/// tree stays clean and kernels do not share objects: in build/kmod/<release> on the host, or, for
+/// a kernel built in a chroot, in the chroot (the .ko files are then copied to
+/// build/kmod/<release>). mtgdrdrv takes the provider's symbol CRCs from its co-built stub, as on
+/// hosts without mtgpu's Module.symvers: loading it against the emulator then proves the CRCs
+/// match. The build is incremental; [`clean_modules`] first makes every file compile again.
+///
+/// W=1, and warnings are errors for our files: a compiler warning located in our sources or
+/// headers, or any modpost/objtool warning about our modules, fails the build (see
+/// [`Warnings`]); warnings located in the kernel's own headers are counted, not failed.
 pub fn build_modules(sh: &Shell, kernel: &Kernel) -> Result<(PathBuf, PathBuf)> {
     let out = paths::build_dir().join("kmod").join(&kernel.release);
+    let work = work_dir(kernel);
+    let work_host = kernel.builder.host_path(&work);
     let src = paths::root().join("mtgdrdrv");
     for dir in ["kmod", "emu"] {
-        copy_sources(&src.join(dir), &out.join(dir))?;
+        copy_sources(&src.join(dir), &work_host.join(dir))?;
     }
-    let kdir = &kernel.headers;
-    let (kmod, emu) = (out.join("kmod"), out.join("emu"));
-    cmd!(
+    make_module(
         sh,
-        "make -s -C {kmod} KDIR={kdir} MTGPU_SYMVERS= MTGDRDRV_TEST_HOOKS=y W=1"
-    )
-    .run()
-    .context("building mtgdrdrv")?;
-    cmd!(sh, "make -s -C {emu} KDIR={kdir} W=1")
-        .run()
-        .context("building mtgpu_emu")?;
-    Ok((kmod.join("mtgdrdrv.ko"), emu.join("mtgpu_emu.ko")))
+        kernel,
+        &work.join("kmod"),
+        &["MTGPU_SYMVERS=", "MTGDRDRV_TEST_HOOKS=y"],
+        "mtgdrdrv",
+    )?;
+    make_module(sh, kernel, &work.join("emu"), &[], "mtgpu_emu")?;
+    let built = [
+        (
+            work_host.join("kmod/mtgdrdrv.ko"),
+            out.join("kmod/mtgdrdrv.ko"),
+        ),
+        (
+            work_host.join("emu/mtgpu_emu.ko"),
+            out.join("emu/mtgpu_emu.ko"),
+        ),
+    ];
+    if kernel.builder != Builder::Host {
+        for (from, to) in &built {
+            if let Some(dir) = to.parent() {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
+            }
+            std::fs::copy(from, to)
+                .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+        }
+    }
+    let [(_, kmod), (_, emu)] = built;
+    Ok((kmod, emu))
+}
+
+/// Forgets the objects of earlier builds of `kernel`'s modules, so that the next
+/// [`build_modules`] compiles every file and so reports every warning.
+pub fn clean_modules(kernel: &Kernel) -> Result<()> {
+    let work = kernel.builder.host_path(&work_dir(kernel));
+    match std::fs::remove_dir_all(&work) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(e).with_context(|| format!("removing {}", work.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Where `kernel`'s modules are built, as its builder sees the path. A chroot holds one kernel.
+fn work_dir(kernel: &Kernel) -> PathBuf {
+    match kernel.builder {
+        Builder::Host => paths::build_dir().join("kmod").join(&kernel.release),
+        Builder::Chroot(_) => PathBuf::from("/root/mtgdrcopy-kmod"),
+    }
+}
+
+/// `make` of one module directory (`dir` as the builder sees it), judged by [`Warnings`].
+fn make_module(sh: &Shell, kernel: &Kernel, dir: &Path, args: &[&str], name: &str) -> Result<()> {
+    let jobs = format!(
+        "-j{}",
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    let kdir = format!("KDIR={}", kernel.headers.display());
+    let out = kernel
+        .builder
+        .cmd(sh, None, "make")
+        .args(["-s", &jobs, "-C"])
+        .arg(dir)
+        .arg(kdir)
+        .args(args)
+        .arg("W=1")
+        .quiet()
+        .ignore_status()
+        .output()
+        .with_context(|| format!("running make for {name}"))?;
+    let mut log = String::from_utf8_lossy(&out.stdout).into_owned();
+    log.push_str(&String::from_utf8_lossy(&out.stderr));
+    if !out.status.success() {
+        eprint!("{log}");
+        bail!(
+            "building {name} for {} failed ({})",
+            kernel.release,
+            out.status
+        );
+    }
+    let warnings = Warnings::find(&log, dir);
+    if !warnings.ours.is_empty() {
+        eprint!("{log}");
+        // Kbuild would not compile these objects again: remove them so that the warnings come
+        // back on the next build instead of passing silently, as -Werror would.
+        let host_dir = kernel.builder.host_path(dir);
+        for entry in std::fs::read_dir(&host_dir)
+            .with_context(|| format!("reading {}", host_dir.display()))?
+        {
+            let path = entry?.path();
+            if path.extension().is_some_and(|e| e == "o" || e == "ko") {
+                std::fs::remove_file(&path)
+                    .with_context(|| format!("removing {}", path.display()))?;
+            }
+        }
+        bail!(
+            "{name} for {}: warnings in our files (W=1; they are errors):\n  {}",
+            kernel.release,
+            warnings.ours.join("\n  ")
+        );
+    }
+    if warnings.others > 0 {
+        eprintln!(
+            "    {name} for {}: {} warning(s) located in the kernel's headers, not ours:",
+            kernel.release, warnings.others
+        );
+        eprint!("{log}");
+    }
+    Ok(())
+}
+
+/// The warnings of a kbuild log, split into ours and the kernel's. Kbuild compiles an external
+/// module with the kernel tree as working directory before 6.13 (our files then appear under
+/// the module's absolute directory) and with the module's directory since (bare file names);
+/// the kernel's headers always appear under the kernel tree. A warning in a kernel header that
+/// our code triggers through a macro is reported at our line too ("in expansion of macro").
+#[derive(Debug, Default, PartialEq)]
+pub struct Warnings {
+    /// Compiler warnings located in `dir`, and every modpost or objtool warning (they are about
+    /// our modules: modpost only checks the modules being built).
+    pub ours: Vec<String>,
+    /// Other warning lines: the kernel's headers, compiler notes without a location.
+    pub others: usize,
+}
+
+impl Warnings {
+    /// The warnings of `log`, a kbuild run for the module in `dir` (as the compiler saw it).
+    pub fn find(log: &str, dir: &Path) -> Warnings {
+        let mut found = Warnings::default();
+        for line in log.lines() {
+            let line = line.trim_end();
+            if line.starts_with("WARNING:") {
+                found.ours.push(line.to_owned());
+                continue;
+            }
+            let Some(at) = line.find(": warning: ") else {
+                continue;
+            };
+            match location(&line[..at]) {
+                Some(path) if is_ours(path, dir) => found.ours.push(line.to_owned()),
+                _ => found.others += 1,
+            }
+        }
+        found
+    }
+}
+
+/// The file of a `path:line[:column]` compiler location, or of an objtool `object.o` one.
+fn location(loc: &str) -> Option<&str> {
+    let mut path = loc;
+    let mut numbers = 0;
+    while numbers < 2 {
+        match path.rsplit_once(':') {
+            Some((head, tail)) if !tail.is_empty() && tail.bytes().all(|b| b.is_ascii_digit()) => {
+                path = head;
+                numbers += 1;
+            }
+            _ => break,
+        }
+    }
+    // "cc1: warning: …" has no file.
+    (numbers > 0 || path.ends_with(".o")).then_some(path)
+}
+
+fn is_ours(path: &str, dir: &Path) -> bool {
+    let path = path.strip_prefix("./").unwrap_or(path);
+    !path.contains('/') || Path::new(path).starts_with(dir)
 }
 
 /// Copies the regular files of `from` (sources, Kbuild, Makefile, probes) into `to`, leaving
@@ -355,6 +519,15 @@ fn check_sanity_summaries(console: &str, log: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The outcome of the last 6.1 run of `cargo xtask test` in this process, for the kernel
+/// matrix's table (which then does not boot 6.1 a second time).
+static BOOKWORM_E2E: std::sync::Mutex<Option<Result<(), String>>> = std::sync::Mutex::new(None);
+
+/// What [`test_steps`]' 6.1 run gave, if it ran.
+pub fn bookworm_e2e_outcome() -> Option<Result<(), String>> {
+    BOOKWORM_E2E.lock().ok().and_then(|o| o.clone())
+}
+
 /// The VM steps of `cargo xtask test`.
 pub fn test_steps() -> Vec<crate::test::Step<'static>> {
     vec![(
@@ -362,7 +535,43 @@ pub fn test_steps() -> Vec<crate::test::Step<'static>> {
         Box::new(|sh: &Shell| {
             kernel::ensure_host_packages(HOST_PACKAGES)?;
             let kernel = kernel::bookworm_kernel()?;
-            run_module_tests(sh, &kernel)
+            let result = run_module_tests(sh, &kernel);
+            if let Ok(mut slot) = BOOKWORM_E2E.lock() {
+                *slot = Some(result.as_ref().map(|_| ()).map_err(|e| format!("{e:#}")));
+            }
+            result
         }),
     )]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warnings_before_6_13_are_absolute() {
+        let dir = Path::new("/root/mtgdrcopy-kmod/kmod");
+        let log = "/root/mtgdrcopy-kmod/kmod/mtgdrdrv_main.c: In function 'f':\n\
+                   /root/mtgdrcopy-kmod/kmod/mtgdrdrv_main.c:45:36: warning: unused variable 'x' [-Wunused-variable]\n\
+                   /usr/src/linux-headers-5.10.0-32-common/include/linux/mm.h:12:1: warning: something\n\
+                   ./include/generated/autoconf.h:3:9: warning: generated\n\
+                   cc1: warning: command-line option\n";
+        let found = Warnings::find(log, dir);
+        assert_eq!(found.ours.len(), 1);
+        assert!(found.ours[0].contains("mtgdrdrv_main.c:45:36"));
+        assert_eq!(found.others, 3);
+    }
+
+    #[test]
+    fn warnings_since_6_13_are_relative() {
+        let dir = Path::new("/root/mtgdrcopy-kmod/kmod");
+        let log = "compat.h:40:5: warning: unused\n\
+                   mtgdrdrv_pin.c:7: warning: no column\n\
+                   mtgdrdrv.o: warning: objtool: f() falls through to next function g()\n\
+                   WARNING: modpost: missing MODULE_DESCRIPTION() in mtgdrdrv.o\n\
+                   /usr/src/linux-headers-7.2.13+deb14-common/include/linux/compat.h:1:1: warning: theirs\n";
+        let found = Warnings::find(log, dir);
+        assert_eq!(found.ours.len(), 4, "{found:?}");
+        assert_eq!(found.others, 1);
+    }
 }

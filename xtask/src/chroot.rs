@@ -1,0 +1,482 @@
+//! Debian chroots of other suites, for building against their kernels with their compilers.
+//!
+//! A kernel's headers want the gcc its kernel was built with, and only that suite ships it: the
+//! kernel matrix builds inside a `debootstrap --variant=minbase` chroot of each suite. Chroots
+//! live in `cache_dir()/chroots/<suite>/`, created once (in a staging directory renamed into
+//! place when complete, with a stamp naming the recipe) and then reused offline. The apt sources
+//! are the machine's own (`/etc/apt/sources.list{,.d}`) with the suite renamed: no mirror is
+//! named in the project.
+//!
+//! One process at a time uses a chroot: [`Chroot`] holds an exclusive lock on
+//! `chroots/<suite>.lock`, since its build directory and DKMS registrations are shared state.
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use xshell::{cmd, Cmd, Shell};
+
+use crate::paths;
+
+/// The environment of every command run in a chroot: nothing of the caller's leaks in (cargo's
+/// variables, a host-only PATH, a locale the chroot lacks).
+const CHROOT_ENV: &[&str] = &[
+    "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME=/root",
+    "LC_ALL=C",
+    "DEBIAN_FRONTEND=noninteractive",
+];
+
+/// apt configuration written into every chroot. The registry serves snapshots whose Release
+/// files are past their Valid-Until date (refused otherwise); recommends would only add size.
+const APT_CONF: &str = "// Written by cargo xtask (chroot.rs).\n\
+                        Acquire::Check-Valid-Until \"false\";\n\
+                        APT::Install-Recommends \"false\";\n";
+
+/// Marks a complete chroot; its first line is the recipe it was made with.
+const STAMP: &str = ".mtgdrcopy-chroot";
+
+/// A prepared chroot of one suite, locked for this process.
+#[derive(Debug)]
+pub struct Chroot {
+    pub root: PathBuf,
+    /// What `prepare`'s setup returned when the chroot was made (e.g. the kernel release).
+    pub info: String,
+    _lock: File,
+}
+
+impl Chroot {
+    /// `program args…` inside the chroot, with a fixed environment, cwd `/`.
+    pub fn cmd<'a>(&self, sh: &'a Shell, program: &str) -> Cmd<'a> {
+        command(sh, &self.root, None, program)
+    }
+
+    /// The host path of `inside`, an absolute path in the chroot.
+    pub fn host_path(&self, inside: &Path) -> PathBuf {
+        host_path(&self.root, inside)
+    }
+}
+
+/// `program` inside the chroot at `root`, in `cwd` (an absolute path inside) when given.
+///
+/// The command gets /proc, which objtool (7.x kernels read their stack limit there), dkms
+/// (/proc/cpuinfo, /dev/fd) and ischroot need, mounted in a mount namespace of its own
+/// (`unshare --mount-proc`): the mount is private to the command and ends with it, even when
+/// xtask is killed, so no mount ever outlives a run or shows on the host.
+pub fn command<'a>(sh: &'a Shell, root: &Path, cwd: Option<&Path>, program: &str) -> Cmd<'a> {
+    let proc = format!("--mount-proc={}", root.join("proc").display());
+    // `env -i` (not chroot's inherited environment) makes the build independent of who runs it;
+    // `env -C` because chroot(8) always starts in /.
+    let chdir: Vec<&std::ffi::OsStr> = match cwd {
+        Some(dir) => vec!["-C".as_ref(), dir.as_os_str()],
+        None => Vec::new(),
+    };
+    cmd!(
+        sh,
+        "unshare {proc} chroot {root} /usr/bin/env -i {chdir...} {CHROOT_ENV...} {program}"
+    )
+}
+
+/// The host path of `inside`, an absolute path in the chroot at `root`.
+pub fn host_path(root: &Path, inside: &Path) -> PathBuf {
+    root.join(inside.strip_prefix("/").unwrap_or(inside))
+}
+
+/// The chroot of `suite`, made on first use: debootstrap (minbase), the host's apt sources for
+/// that suite, then `setup`, whose result is kept in the stamp and handed
+/// back as [`Chroot::info`] on later runs. A chroot made with another `recipe`, or any chroot
+/// when `refresh`, is made again. Output of the slow steps goes to `log`.
+pub fn prepare(
+    sh: &Shell,
+    suite: &str,
+    recipe: &str,
+    refresh: bool,
+    log: &Path,
+    setup: impl FnOnce(&Shell, &Path, &Path) -> Result<String>,
+) -> Result<Chroot> {
+    let dir = paths::cache_dir().join("chroots");
+    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let lock_path = dir.join(format!("{suite}.lock"));
+    let lock =
+        File::create(&lock_path).with_context(|| format!("creating {}", lock_path.display()))?;
+    if lock.try_lock().is_err() {
+        eprintln!("xtask: waiting for another xtask using the {suite} chroot");
+        lock.lock()
+            .with_context(|| format!("locking {}", lock_path.display()))?;
+    }
+    let root = dir.join(suite);
+    if !refresh {
+        if let Some(info) = stamp_info(&root, recipe) {
+            return Ok(Chroot {
+                root,
+                info,
+                _lock: lock,
+            });
+        }
+    }
+
+    eprintln!(
+        "xtask: creating the {suite} chroot (once; cached in {}, log {})",
+        root.display(),
+        log.display()
+    );
+    let staging = dir.join(format!(".{suite}.tmp-{}", std::process::id()));
+    remove_tree(&staging)?;
+    let made = make(sh, suite, &staging, log, setup).and_then(|info| {
+        let mut stamp = String::from(recipe);
+        stamp.push('\n');
+        stamp.push_str(&info);
+        fs::write(staging.join(STAMP), stamp).context("writing the chroot's stamp")?;
+        remove_tree(&root)?;
+        fs::rename(&staging, &root)
+            .with_context(|| format!("moving {} to {}", staging.display(), root.display()))?;
+        Ok(info)
+    });
+    if made.is_err() {
+        // Best effort: a leftover staging tree only wastes space, and is removed next time.
+        let _ = remove_tree(&staging);
+    }
+    Ok(Chroot {
+        root,
+        info: made?,
+        _lock: lock,
+    })
+}
+
+/// The setup result recorded in a complete chroot made with `recipe`.
+fn stamp_info(root: &Path, recipe: &str) -> Option<String> {
+    let stamp = fs::read_to_string(root.join(STAMP)).ok()?;
+    let (first, info) = stamp.split_once('\n')?;
+    (first == recipe).then(|| info.to_owned())
+}
+
+fn make(
+    sh: &Shell,
+    suite: &str,
+    root: &Path,
+    log: &Path,
+    setup: impl FnOnce(&Shell, &Path, &Path) -> Result<String>,
+) -> Result<String> {
+    let sources = HostSources::read()?;
+    let lines = sources.for_suite(suite);
+    let mirror = sources.mirror()?;
+    if let Some(parent) = log.parent() {
+        fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    }
+    File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    // Only what apt itself needs comes from debootstrap; the rest through apt, whose dependency
+    // resolution is the real one.
+    run_logged(
+        cmd!(
+            sh,
+            "debootstrap --variant=minbase --include=ca-certificates {suite} {root} {mirror}"
+        ),
+        log,
+        &format!("debootstrap {suite}"),
+    )?;
+    let etc = root.join("etc/apt");
+    fs::write(etc.join("sources.list"), lines.join("\n") + "\n")
+        .context("writing the chroot's sources.list")?;
+    fs::write(etc.join("apt.conf.d/99mtgdrcopy"), APT_CONF)
+        .context("writing the chroot's apt configuration")?;
+    let info = setup(sh, root, log)?;
+    // The downloaded .debs are no use once installed (the lists stay: the kernel image is
+    // fetched through them later).
+    run_logged(
+        command(sh, root, None, "apt-get").arg("clean"),
+        log,
+        "apt-get clean",
+    )?;
+    Ok(info)
+}
+
+/// Runs `cmd`, appending its output to `log`; a failure carries the output's last lines.
+pub fn run_logged(cmd: Cmd<'_>, log: &Path, what: &str) -> Result<String> {
+    let out = cmd
+        .quiet()
+        .ignore_status()
+        .output()
+        .with_context(|| format!("running {what}"))?;
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    let mut file = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .with_context(|| format!("opening {}", log.display()))?;
+    writeln!(file, "==> {what}\n{text}").with_context(|| format!("writing {}", log.display()))?;
+    if !out.status.success() {
+        let lines: Vec<&str> = text.lines().collect();
+        bail!(
+            "{what} failed ({}); last lines (all in {}):\n{}",
+            out.status,
+            log.display(),
+            lines[lines.len().saturating_sub(25)..].join("\n")
+        );
+    }
+    Ok(text)
+}
+
+/// Removes `dir` (if present) unless something is mounted below it: `rm -r` through a /proc
+/// mount would try to delete the live kernel's files. (Our own mounts never show here: see
+/// [`command`].)
+fn remove_tree(dir: &Path) -> Result<()> {
+    if !dir.exists() {
+        return Ok(());
+    }
+    let mounts = fs::read_to_string("/proc/self/mounts").context("reading /proc/self/mounts")?;
+    if let Some(mount) = mounts
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .find(|p| Path::new(p).starts_with(dir))
+    {
+        bail!(
+            "not removing {}: {mount} is mounted below it (umount it first)",
+            dir.display()
+        );
+    }
+    fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))
+}
+
+/// The `deb` sources of the machine's apt configuration.
+#[derive(Debug, PartialEq)]
+struct HostSources {
+    /// The machine's own suite (`VERSION_CODENAME`), e.g. `bookworm`.
+    codename: String,
+    sources: Vec<Source>,
+}
+
+#[derive(Debug, PartialEq)]
+struct Source {
+    uri: String,
+    suites: Vec<String>,
+    components: Vec<String>,
+}
+
+impl HostSources {
+    fn read() -> Result<HostSources> {
+        let os_release =
+            fs::read_to_string("/etc/os-release").context("reading /etc/os-release")?;
+        let codename = os_release
+            .lines()
+            .find_map(|l| l.strip_prefix("VERSION_CODENAME="))
+            .map(|c| c.trim_matches('"').to_owned())
+            .filter(|c| !c.is_empty())
+            .context("/etc/os-release has no VERSION_CODENAME; is this a Debian host?")?;
+        let mut files = vec![PathBuf::from("/etc/apt/sources.list")];
+        if let Ok(entries) = fs::read_dir("/etc/apt/sources.list.d") {
+            let mut more: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+            more.sort();
+            files.extend(more);
+        }
+        let mut sources = Vec::new();
+        for file in files {
+            let name = file.to_string_lossy();
+            let parse: fn(&str) -> Vec<Source> = if name.ends_with(".sources") {
+                parse_deb822
+            } else if name.ends_with(".list") {
+                parse_one_line
+            } else {
+                continue;
+            };
+            match fs::read_to_string(&file) {
+                Ok(text) => sources.extend(parse(&text)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e).with_context(|| format!("reading {}", file.display())),
+            }
+        }
+        Ok(HostSources { codename, sources })
+    }
+
+    /// The archive that serves the machine's own suite: debootstrap's mirror.
+    fn mirror(&self) -> Result<&str> {
+        self.sources
+            .iter()
+            .find(|s| s.suites.contains(&self.codename))
+            .map(|s| s.uri.as_str())
+            .with_context(|| {
+                format!(
+                    "no apt source of this machine serves {} (looked in /etc/apt/sources.list \
+                     and /etc/apt/sources.list.d)",
+                    self.codename
+                )
+            })
+    }
+
+    /// One-line sources for `suite`: each of the machine's sources for its own suite and that
+    /// suite's `-updates`/`-security`, renamed. Unstable has neither.
+    fn for_suite(&self, suite: &str) -> Vec<String> {
+        let mut lines = Vec::new();
+        for source in &self.sources {
+            for host_suite in &source.suites {
+                let Some(suffix) = host_suite.strip_prefix(&self.codename) else {
+                    continue;
+                };
+                if !(suffix.is_empty() || suffix.starts_with('-')) {
+                    continue;
+                }
+                if matches!(suite, "sid" | "unstable") && !suffix.is_empty() {
+                    continue;
+                }
+                let line = format!(
+                    "deb {} {suite}{suffix} {}",
+                    source.uri,
+                    source.components.join(" ")
+                );
+                if !lines.contains(&line) {
+                    lines.push(line);
+                }
+            }
+        }
+        lines
+    }
+}
+
+/// `deb [options] URI SUITE COMPONENT…` lines.
+fn parse_one_line(text: &str) -> Vec<Source> {
+    let mut sources = Vec::new();
+    for line in text.lines() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        let Some(rest) = line.strip_prefix("deb ") else {
+            continue;
+        };
+        let mut rest = rest.trim_start();
+        if rest.starts_with('[') {
+            let Some(end) = rest.find(']') else { continue };
+            rest = rest[end + 1..].trim_start();
+        }
+        let mut fields = rest.split_whitespace();
+        let (Some(uri), Some(suite)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        sources.push(Source {
+            uri: uri.to_owned(),
+            suites: vec![suite.to_owned()],
+            components: fields.map(str::to_owned).collect(),
+        });
+    }
+    sources
+}
+
+/// deb822 stanzas (`Types: deb`, `URIs:`, `Suites:`, `Components:`; `Enabled: no` skipped).
+fn parse_deb822(text: &str) -> Vec<Source> {
+    let mut sources = Vec::new();
+    for stanza in text.split("\n\n") {
+        let mut fields: Vec<(String, String)> = Vec::new();
+        for line in stanza.lines() {
+            if line.starts_with('#') {
+                continue;
+            }
+            if line.starts_with([' ', '\t']) {
+                if let Some((_, value)) = fields.last_mut() {
+                    value.push(' ');
+                    value.push_str(line.trim());
+                }
+                continue;
+            }
+            if let Some((key, value)) = line.split_once(':') {
+                fields.push((key.trim().to_ascii_lowercase(), value.trim().to_owned()));
+            }
+        }
+        let get = |key: &str| -> Vec<String> {
+            fields
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.split_whitespace().map(str::to_owned).collect())
+                .unwrap_or_default()
+        };
+        let enabled = get("enabled");
+        if !get("types").iter().any(|t| t == "deb") || enabled.iter().any(|e| e == "no") {
+            continue;
+        }
+        let (suites, components) = (get("suites"), get("components"));
+        for uri in get("uris") {
+            sources.push(Source {
+                uri,
+                suites: suites.clone(),
+                components: components.clone(),
+            });
+        }
+    }
+    sources
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEB822: &str = "Types: deb\n\
+                          # a comment\n\
+                          URIs: http://archive.example/debian\n\
+                          Suites: bookworm bookworm-updates\n\
+                          Components: main\n\
+                          Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\
+                          \n\
+                          Types: deb deb-src\n\
+                          URIs: http://archive.example/debian-security\n\
+                          Suites: bookworm-security\n\
+                          Components: main\n\
+                          \n\
+                          Types: deb\n\
+                          URIs: http://elsewhere.example/debian\n\
+                          Suites: bookworm\n\
+                          Components: main\n\
+                          Enabled: no\n";
+
+    fn host() -> HostSources {
+        HostSources {
+            codename: "bookworm".into(),
+            sources: parse_deb822(DEB822),
+        }
+    }
+
+    #[test]
+    fn deb822_stanzas() {
+        let sources = parse_deb822(DEB822);
+        assert_eq!(sources.len(), 2);
+        assert_eq!(sources[0].uri, "http://archive.example/debian");
+        assert_eq!(sources[0].suites, ["bookworm", "bookworm-updates"]);
+        assert_eq!(sources[1].components, ["main"]);
+    }
+
+    #[test]
+    fn one_line_sources() {
+        let sources = parse_one_line(
+            "# comment\n\
+             deb [arch=amd64 signed-by=/k.gpg] http://a.example/debian bookworm main contrib\n\
+             deb-src http://a.example/debian bookworm main\n\
+             deb http://b.example/debian-security bookworm-security main # trailing\n",
+        );
+        assert_eq!(sources.len(), 2);
+        assert_eq!(sources[0].uri, "http://a.example/debian");
+        assert_eq!(sources[0].components, ["main", "contrib"]);
+        assert_eq!(sources[1].suites, ["bookworm-security"]);
+    }
+
+    #[test]
+    fn suites_are_renamed() {
+        let host = host();
+        assert_eq!(host.mirror().ok(), Some("http://archive.example/debian"));
+        assert_eq!(
+            host.for_suite("bullseye"),
+            [
+                "deb http://archive.example/debian bullseye main",
+                "deb http://archive.example/debian bullseye-updates main",
+                "deb http://archive.example/debian-security bullseye-security main",
+            ]
+        );
+        assert_eq!(
+            host.for_suite("sid"),
+            ["deb http://archive.example/debian sid main"]
+        );
+    }
+
+    #[test]
+    fn host_paths() {
+        assert_eq!(
+            host_path(Path::new("/c/sid"), Path::new("/usr/src/x")),
+            Path::new("/c/sid/usr/src/x")
+        );
+    }
+}
