@@ -128,6 +128,13 @@ pub fn build(sh: &Shell, ws: &Workspace, package: Package) -> Result<Built> {
         },
     )
     .with_context(|| format!("finishing {}", deb.display()))?;
+    let name = finish::field(&control, "Package").unwrap_or_default();
+    ensure!(
+        name == package.deb_name(),
+        "{}: Package is {name:?}, expected {}",
+        deb.display(),
+        package.deb_name()
+    );
     let written = finish::field(&control, "Version").unwrap_or_default();
     ensure!(
         written == version,

@@ -12,6 +12,7 @@ mod install;
 mod kernel;
 mod matrix;
 mod paths;
+mod pkgtest;
 mod stage;
 mod test;
 mod vm;
@@ -81,6 +82,8 @@ enum Command {
     DebBundle,
     /// Same as deb-bundle (the old single-package name).
     Deb,
+    /// Only the packaging steps of `test`: build the .debs, lintian, install test.
+    TestPackages(pkgtest::Args),
 }
 
 fn main() -> Result<()> {
@@ -104,5 +107,6 @@ fn main() -> Result<()> {
         Command::DebMeta => deb::cli(Which::One(Package::Meta)),
         Command::DebAll => deb::cli(Which::All),
         Command::DebBundle | Command::Deb => deb::cli(Which::One(Package::Bundle)),
+        Command::TestPackages(args) => pkgtest::cli(args),
     }
 }

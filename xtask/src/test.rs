@@ -35,10 +35,6 @@ pub fn run(args: Args) -> Result<()> {
         ("libgdrapi.so exports and soname", Box::new(shared_library)),
         ("gdrapi.h C and C++ compile test", Box::new(header_test)),
         (
-            "packages: every .deb builds, named and versioned by its crate",
-            Box::new(packages),
-        ),
-        (
             "copy variants: instructions and device accesses (valgrind)",
             Box::new(|_: &Shell| crate::copycount::run()),
         ),
@@ -50,6 +46,8 @@ pub fn run(args: Args) -> Result<()> {
     if !args.no_matrix {
         steps.push(crate::matrix::test_step(!args.no_vm));
     }
+    // The .debs, lintian on them, and (with the VM) their install test.
+    steps.extend(crate::pkgtest::test_steps(!args.no_vm));
 
     let mut failed = Vec::new();
     for (name, step) in &steps {
@@ -240,29 +238,5 @@ fn run_header_test(_sh: &Shell, exe: &Path) -> Result<()> {
         filtered.is_empty(),
         "GDRCOPY_LOG_LEVEL=5 filters errors, yet: {filtered}"
     );
-    Ok(())
-}
-/// Builds the four release packages and the bundle (as `cargo xtask deb-all` and `deb-bundle`)
-/// and checks that each control file names its package and carries its crate's version.
-fn packages(sh: &Shell) -> Result<()> {
-    let ws = crate::workspace::Workspace::load(sh)?;
-    for built in crate::deb::build_everything(sh, &ws)? {
-        let name = built.package.deb_name();
-        let control_name = crate::deb::finish::field(&built.control, "Package").unwrap_or_default();
-        ensure!(
-            control_name == name,
-            "{}: Package is {control_name:?}, expected {name}",
-            built.path.display()
-        );
-        let krate = ws.krate(built.package.crate_name())?;
-        let expected = krate.debian_version(built.package.variant());
-        ensure!(
-            built.version() == expected,
-            "{}: Version {} but the crate says {expected}",
-            built.path.display(),
-            built.version()
-        );
-        eprintln!("    {} ({})", built.path.display(), built.version());
-    }
     Ok(())
 }

@@ -1,0 +1,697 @@
+//! The packaging steps of `cargo xtask test`: build every .deb, run lintian on them, and prove
+//! them by installing them.
+//!
+//! The install test, in order:
+//! 1. **Host.** A bookworm root with dkms and the VM kernel's headers (root.rs: cached layers
+//!    under a fresh overlay) gets the four packages through `apt-get install ./*.deb`. Checked:
+//!    DKMS built and installed mtgdrdrv.ko for that kernel (and only it: the CRC stub is not
+//!    installed), dkms.conf's version is the source directory's, the udev rule and
+//!    modules-load.d file are in /usr/lib, and a C program built against libgdrapi with
+//!    pkg-config (shared and static) gets `libgdrapi (>= <version>)` from dpkg-shlibdeps, i.e.
+//!    shlibs and symbols work.
+//! 2. **Container.** A bare minbase root gets only libgdrapi and mtgdrcopy-tests: apt must not
+//!    pull in dkms or anything of the module.
+//! 3. **VM** (the host of both). The Debian kernel boots with the files the packages installed:
+//!    the DKMS-built module, udevd and the rule from the host root, the tools and libgdrapi.so.1
+//!    from the host root, and the container root's files under /container. udevd runs, so
+//!    /dev/mtgdrdrv must get the rule's group and mode; insmod.sh must refuse to load without
+//!    the provider and then load the DKMS-built module with the emulated one; the installed
+//!    mtgdrcopy_sanity must pass; then in `chroot /container`, with only the two device nodes
+//!    (what `docker run --device` gives), sanity and copybw run against the host's module.
+//!    The emulated libmusa.so.1 stands in for the MUSA driver's (/usr/lib/mtgdrcopy/emu, on
+//!    LD_LIBRARY_PATH); libgdrapi is found where the package put it.
+//! 4. **Purge.** `apt-get purge` of the four: DKMS no longer knows mtgdrdrv, the module is gone
+//!    and no file is left that was not there before the install.
+//! 5. **Bundle.** The single-package build on the same root: DKMS installs the module again,
+//!    then its purge leaves the root as clean.
+
+mod root;
+
+use std::cell::RefCell;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use xshell::{cmd, Shell};
+
+use crate::deb::{self, Built};
+use crate::kernel::{self, Kernel};
+use crate::stage::Package;
+use crate::test::Step;
+use crate::workspace::Workspace;
+use crate::{paths, vm, vmtest};
+
+use root::Root;
+
+/// The packaging steps; the install test only with `vm` (it boots QEMU).
+pub fn test_steps(vm: bool) -> Vec<Step<'static>> {
+    let debs: Rc<RefCell<Option<Vec<Built>>>> = Rc::default();
+    let (d1, d2, d3) = (debs.clone(), debs.clone(), debs);
+    let mut steps: Vec<Step<'static>> = vec![
+        (
+            "packages: build every .deb (deb-all, deb-bundle)",
+            Box::new(move |sh: &Shell| built(sh, &d1).map(drop)),
+        ),
+        (
+            "packages: lintian on every .deb",
+            Box::new(move |sh: &Shell| lintian(sh, &built(sh, &d2)?)),
+        ),
+    ];
+    if vm {
+        steps.push((
+            "packages: install on bookworm (DKMS, VM, container), purge",
+            Box::new(move |sh: &Shell| install_test(sh, &built(sh, &d3)?)),
+        ));
+    }
+    steps
+}
+
+/// `cargo xtask test-packages`: only these steps, for working on packaging.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Skip lintian.
+    #[arg(long)]
+    no_lintian: bool,
+    /// Skip the install test.
+    #[arg(long)]
+    no_install: bool,
+}
+
+pub fn cli(args: Args) -> Result<()> {
+    let sh = Shell::new()?;
+    sh.change_dir(paths::root());
+    let ws = Workspace::load(&sh)?;
+    let debs = deb::build_everything(&sh, &ws)?;
+    if !args.no_lintian {
+        lintian(&sh, &debs)?;
+    }
+    if !args.no_install {
+        install_test(&sh, &debs)?;
+    }
+    Ok(())
+}
+
+/// The .debs, built on first use.
+fn built(sh: &Shell, cache: &Rc<RefCell<Option<Vec<Built>>>>) -> Result<Vec<Built>> {
+    if let Some(debs) = cache.borrow().as_ref() {
+        return Ok(debs.clone());
+    }
+    let ws = Workspace::load(sh)?;
+    let debs = deb::build_everything(sh, &ws)?;
+    for d in &debs {
+        eprintln!("    {}", d.path.display());
+    }
+    *cache.borrow_mut() = Some(debs.clone());
+    Ok(debs)
+}
+
+fn timed(what: &str, start: Instant) {
+    eprintln!("    {what}: {:.1} s", start.elapsed().as_secs_f64());
+}
+
+/// lintian on every .deb: no error, no warning, no info tag (so also no unused override); the
+/// remaining ones are overridden in debian/<package>/lintian-overrides, each with its reason.
+fn lintian(sh: &Shell, debs: &[Built]) -> Result<()> {
+    kernel::ensure_host_packages(&["lintian"])?;
+    // No other xtask rewrites the .debs meanwhile.
+    let _lock = crate::stage::lock()?;
+    let files: Vec<&Path> = debs.iter().map(|d| d.path.as_path()).collect();
+    let out = cmd!(
+        sh,
+        "lintian --fail-on error,warning,info --display-info --pedantic {files...}"
+    )
+    .quiet()
+    .ignore_status()
+    .output()
+    .context("running lintian")?;
+    // (--show-overrides would list the overridden tags, but makes lintian exit 2.)
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let reported: Vec<&str> = stdout.lines().filter(|l| !l.starts_with("N:")).collect();
+    eprintln!(
+        "    lintian: {} .debs, {} tags besides those overridden in debian/*/lintian-overrides",
+        debs.len(),
+        reported.len()
+    );
+    for line in &reported {
+        eprintln!("      {line}");
+    }
+    if !out.status.success() {
+        bail!(
+            "lintian failed ({}):\n{}{}",
+            out.status,
+            reported
+                .iter()
+                .map(|l| format!("  {l}\n"))
+                .collect::<String>(),
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .filter(|l| !l.contains("root privileges"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+    Ok(())
+}
+
+fn find(debs: &[Built], package: Package) -> Result<&Built> {
+    debs.iter()
+        .find(|d| d.package == package)
+        .with_context(|| format!("no .deb was built for {package:?}"))
+}
+
+/// Copies the .debs into the root's /tmp/debs; returns their paths there.
+fn put_debs(root: &Root, debs: &[&Built]) -> Result<Vec<String>> {
+    let _lock = crate::stage::lock()?;
+    let dir = root.new_file("/tmp/debs");
+    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut inside = Vec::new();
+    for d in debs {
+        let name = d
+            .path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .context("deb file name")?;
+        fs::copy(&d.path, dir.join(name)).with_context(|| format!("copying {name}"))?;
+        inside.push(format!("/tmp/debs/{name}"));
+    }
+    Ok(inside)
+}
+
+fn apt_install(sh: &Shell, root: &Root, debs: &[String]) -> Result<String> {
+    let mut args = vec!["apt-get", "install", "-y", "-q", "--no-install-recommends"];
+    args.extend(debs.iter().map(String::as_str));
+    root.run(sh, &args)
+}
+
+fn install_test(sh: &Shell, debs: &[Built]) -> Result<()> {
+    kernel::ensure_host_packages(vmtest::HOST_PACKAGES)?;
+    // The roots in build/pkgtest/ are one run's at a time.
+    let _lock = crate::stage::lock_file(
+        &paths::build_dir().join("pkgtest/.lock"),
+        "running the package install test",
+    )?;
+    let kernel = kernel::bookworm_kernel()?;
+    let release = kernel.release.clone();
+    let t = Instant::now();
+    let host_layers = root::dkms_layers(sh, &kernel)?;
+    let minbase = root::minbase(sh)?;
+    timed("cached root layers ready", t);
+
+    let host = Root::fresh(host_layers, "host")?;
+    let container = Root::fresh(vec![minbase], "container")?;
+    let before = host.file_list(sh)?;
+
+    // 1. Host: the four packages.
+    let t = Instant::now();
+    let split: Vec<&Built> = Package::SPLIT
+        .iter()
+        .map(|&p| find(debs, p))
+        .collect::<Result<_>>()?;
+    let inside = put_debs(&host, &split)?;
+    let output = apt_install(sh, &host, &inside)?;
+    timed("host: apt-get install of the four packages (DKMS build)", t);
+    let kmod_version = &find(debs, Package::Kmod)?
+        .version()
+        .split('-')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    check_dkms_installed(sh, &host, &release, kmod_version, &output)?;
+    let t = Instant::now();
+    let lib = find(debs, Package::Lib)?;
+    check_consumer(sh, &host, lib)?;
+    timed("host: consumer built with pkg-config, dpkg-shlibdeps", t);
+
+    // 2. Container: library and tools only.
+    let t = Instant::now();
+    let inside = put_debs(
+        &container,
+        &[find(debs, Package::Lib)?, find(debs, Package::Tests)?],
+    )?;
+    apt_install(sh, &container, &inside)?;
+    for absent in ["dkms", "mtgdrdrv-dkms", "linux-headers-amd64"] {
+        let (_, status, _) =
+            container.output(sh, &["dpkg-query", "-W", "-f", "${Status}", absent])?;
+        ensure!(
+            status.trim() != "install ok installed",
+            "installing libgdrapi and mtgdrcopy-tests pulled in {absent}"
+        );
+    }
+    ensure!(
+        !container.exists(sh, &format!("/usr/src/mtgdrdrv-{kmod_version}"))?,
+        "the container root got the module sources"
+    );
+    timed("container: apt-get install libgdrapi mtgdrcopy-tests", t);
+
+    // 3. The VM.
+    let t = Instant::now();
+    run_vm(sh, &kernel, &host, &container)?;
+    timed(
+        "VM: udev, insmod.sh, sanity on the host and in the container",
+        t,
+    );
+
+    // 4. Purge.
+    let t = Instant::now();
+    host.run(
+        sh,
+        &[
+            "apt-get",
+            "purge",
+            "-y",
+            "-q",
+            "mtgdrcopy",
+            "mtgdrcopy-tests",
+            "libgdrapi",
+            "mtgdrdrv-dkms",
+        ],
+    )?;
+    check_purged(sh, &host, &release, &before)?;
+    timed("host: purge, nothing left behind", t);
+
+    // 5. The bundle.
+    let t = Instant::now();
+    let bundle = find(debs, Package::Bundle)?;
+    let inside = put_debs(&host, &[bundle])?;
+    let output = apt_install(sh, &host, &inside)?;
+    check_dkms_installed(sh, &host, &release, kmod_version, &output)?;
+    let status = host.run(sh, &["dpkg-query", "-W", "-f", "${Version}", "mtgdrcopy"])?;
+    ensure!(
+        status == bundle.version(),
+        "mtgdrcopy {status} is installed, expected the bundle's {}",
+        bundle.version()
+    );
+    host.run(sh, &["apt-get", "purge", "-y", "-q", "mtgdrcopy"])?;
+    check_purged(sh, &host, &release, &before)?;
+    timed(
+        "host: the single-package build installs (DKMS) and purges clean",
+        t,
+    );
+    Ok(())
+}
+
+/// DKMS built and installed mtgdrdrv for `release`: its status, the module file, no stub, the
+/// generated dkms.conf. Reports whether DKMS signed the module.
+fn check_dkms_installed(
+    sh: &Shell,
+    host: &Root,
+    release: &str,
+    version: &str,
+    apt_output: &str,
+) -> Result<()> {
+    let status = host.run(sh, &["dkms", "status", "-m", "mtgdrdrv"])?;
+    ensure!(
+        status.lines().any(
+            |l| l.starts_with(&format!("mtgdrdrv/{version}, {release},"))
+                && l.ends_with(": installed")
+        ),
+        "dkms status does not show mtgdrdrv {version} installed for {release}:\n{status}\n\
+         apt-get said:\n{apt_output}"
+    );
+    let ko = format!("/lib/modules/{release}/updates/dkms/mtgdrdrv.ko");
+    ensure!(host.exists(sh, &ko)?, "{ko} is missing");
+    let modules = host.run(
+        sh,
+        &["find", &format!("/lib/modules/{release}"), "-name", "*.ko*"],
+    )?;
+    ensure!(
+        !modules.contains("mtgpu_p2p_stub"),
+        "the CRC stub was installed:\n{modules}"
+    );
+    let conf = host.read(sh, &format!("/usr/src/mtgdrdrv-{version}/dkms.conf"))?;
+    ensure!(
+        conf.contains(&format!("PACKAGE_VERSION=\"{version}\"")),
+        "dkms.conf's PACKAGE_VERSION is not {version}, the source directory's version"
+    );
+    for file in [
+        "/usr/lib/udev/rules.d/60-mtgdrdrv.rules",
+        "/usr/lib/modules-load.d/mtgdrdrv.conf",
+    ] {
+        ensure!(host.exists(sh, file)?, "{file} is missing");
+    }
+    let signed = host.run(sh, &["tail", "-c", "28", &ko])? == "~Module signature appended~\n";
+    let size: u64 = host
+        .run(sh, &["stat", "-c", "%s", &ko])?
+        .trim()
+        .parse()
+        .context("the module's size")?;
+    eprintln!(
+        "    DKMS: mtgdrdrv {version} installed for {release} ({}, {} KiB)",
+        if signed {
+            "signed with DKMS's MOK key"
+        } else {
+            "not signed"
+        },
+        size / 1024
+    );
+    Ok(())
+}
+
+/// A C program against the installed libgdrapi: compiled and linked through pkg-config (shared
+/// and static), and dpkg-shlibdeps gives it `libgdrapi (>= <upstream version>)`.
+fn check_consumer(sh: &Shell, host: &Root, lib: &Built) -> Result<()> {
+    let dir = host.new_file("/tmp/consumer");
+    fs::create_dir_all(dir.join("debian"))?;
+    fs::write(
+        dir.join("consumer.c"),
+        "#include <gdrapi.h>\n#include <stdio.h>\n\
+         int main(void) {\n\
+         \tint major = 0, minor = 0;\n\
+         \tgdr_runtime_get_version(&major, &minor);\n\
+         \tprintf(\"libgdrapi %d.%d\\n\", major, minor);\n\
+         \tgdr_t g = gdr_open();\n\
+         \tprintf(\"gdr_open: %s\\n\", g ? \"ok\" : \"failed\");\n\
+         \tif (g)\n\
+         \t\tgdr_close(g);\n\
+         \treturn 0;\n}\n",
+    )?;
+    fs::write(
+        dir.join("debian/control"),
+        "Source: consumer\n\nPackage: consumer\nArchitecture: any\n",
+    )?;
+    let sh_in = |script: &str| -> Result<String> { host.run(sh, &["sh", "-euc", script]) };
+    let shared = sh_in(
+        "cd /tmp/consumer && cc -Wall -Werror consumer.c $(pkg-config --cflags --libs gdrapi) \
+         -o consumer && ./consumer",
+    )?;
+    // libgdrapi.a linked in, the rest (Libs.private: what Rust's std needs) dynamically.
+    let stat = sh_in(
+        "cd /tmp/consumer && cc -Wall -Werror consumer.c \
+         $(pkg-config --static --cflags --libs gdrapi | sed 's/-lgdrapi /-l:libgdrapi.a /') \
+         -o consumer-static && ./consumer-static",
+    )?;
+    let upstream = lib.version().split('-').next().unwrap_or_default();
+    let (major, minor) = {
+        let mut v = upstream.split('.');
+        (v.next().unwrap_or(""), v.next().unwrap_or(""))
+    };
+    // No /dev/mtgdrdrv in the root: gdr_open fails, quietly (logging is off by default).
+    let expected = format!("libgdrapi {major}.{minor}\ngdr_open: failed");
+    ensure!(
+        shared.trim() == expected && stat.trim() == expected,
+        "the consumer printed {shared:?} (shared) and {stat:?} (static), expected {expected:?}"
+    );
+    let deps = sh_in("cd /tmp/consumer && dpkg-shlibdeps -O consumer 2>/dev/null")?;
+    let want = format!("libgdrapi (>= {upstream})");
+    ensure!(
+        deps.contains(&want),
+        "dpkg-shlibdeps gave a consumer {deps:?}, which lacks {want}"
+    );
+    eprintln!("    consumer: {}", deps.trim());
+    Ok(())
+}
+
+/// The messages README.md's troubleshooting section quotes, as the guest printed them: the
+/// library's (logging on), insmod.sh's and the kernel's. Each must be there word for word.
+fn check_readme_quotes(console: &str) -> Result<()> {
+    let readme =
+        fs::read_to_string(paths::root().join("README.md")).context("reading README.md")?;
+    let mut quoted = 0;
+    for line in console.lines() {
+        // Kernel lines carry a `[   4.5]` timestamp first.
+        let text = match line.split_once("] ") {
+            Some((stamp, rest)) if stamp.starts_with('[') => rest,
+            _ => line,
+        };
+        let text = text.trim_end();
+        let wanted = text.starts_with("ERR:  ")
+            || (text.starts_with("DBG:  ") && text.contains("mmap"))
+            || text.starts_with("insmod.sh: ")
+            || text.starts_with("mtgdrdrv: Unknown symbol");
+        if !wanted {
+            continue;
+        }
+        ensure!(
+            readme.lines().any(|l| l.trim() == text),
+            "README.md's troubleshooting does not quote this message the guest printed:\n{text}"
+        );
+        quoted += 1;
+    }
+    ensure!(
+        quoted >= 5,
+        "the guest printed only {quoted} of the messages README.md quotes"
+    );
+    Ok(())
+}
+
+/// DKMS's module signing key pair, generated the first time DKMS signs a module (here, ours):
+/// DKMS's state, not the package's, and kept on purpose, since it may be enrolled in the
+/// firmware's MOK list by then.
+const KEPT_BY_DKMS: &[&str] = &["/var/lib/dkms/mok.key", "/var/lib/dkms/mok.pub"];
+
+/// After purging: DKMS forgot mtgdrdrv, the module is gone, and the root has no file that was
+/// not there before the install.
+fn check_purged(sh: &Shell, host: &Root, release: &str, before: &[String]) -> Result<()> {
+    let status = host.run(sh, &["dkms", "status", "-m", "mtgdrdrv"])?;
+    ensure!(
+        status.trim().is_empty(),
+        "DKMS still knows mtgdrdrv after the purge:\n{status}"
+    );
+    let ko = format!("/lib/modules/{release}/updates/dkms/mtgdrdrv.ko");
+    ensure!(!host.exists(sh, &ko)?, "{ko} is still there");
+    let after = host.file_list(sh)?;
+    let left: Vec<&String> = after
+        .iter()
+        .filter(|f| before.binary_search(f).is_err() && !KEPT_BY_DKMS.contains(&f.as_str()))
+        .collect();
+    ensure!(
+        left.is_empty(),
+        "the purge left files behind:\n  {}",
+        left.iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join("\n  ")
+    );
+    Ok(())
+}
+
+/// Host files for the guest: `paths` of `root` (symlinks followed), each at `prefix` + its
+/// path, plus the shared libraries they need, taken from the root itself (ldd inside it).
+fn root_files(
+    sh: &Shell,
+    root: &Root,
+    paths: &[String],
+    prefix: &str,
+    export: &str,
+) -> Result<Vec<(PathBuf, String)>> {
+    let mut all: Vec<String> = paths.to_vec();
+    let mut args = vec!["ldd"];
+    args.extend(paths.iter().map(String::as_str));
+    // ldd fails for the files that are not dynamic ELF objects; it still lists the others.
+    let (_, out, _) = root.output(sh, &args)?;
+    for line in out.lines() {
+        let line = line.trim();
+        // With several files, ldd heads each one's list with `<file>:`.
+        if line.ends_with(':') {
+            continue;
+        }
+        let lib = match line.split_once(" => ") {
+            Some((_, rest)) => rest.split(" (").next().unwrap_or_default().trim(),
+            None if line.starts_with('/') => line.split(" (").next().unwrap_or_default().trim(),
+            None => continue,
+        };
+        // A library among `paths` under another directory name (/lib is /usr/lib here) is
+        // the same file: cp would skip it, and the guest's loader searches both.
+        let name = lib.rsplit('/').next().unwrap_or(lib);
+        if lib.starts_with('/') && !all.iter().any(|p| p.rsplit('/').next() == Some(name)) {
+            all.push(lib.to_owned());
+        }
+    }
+    let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+    let dir = root.export(sh, &refs, export)?;
+    Ok(all
+        .iter()
+        .map(|p| (dir.join(p.trim_start_matches('/')), format!("{prefix}{p}")))
+        .collect())
+}
+
+/// What `packages` installed in `root` (dpkg -L: files, links and directories).
+fn package_files(sh: &Shell, root: &Root, packages: &[&str]) -> Result<Vec<String>> {
+    let mut args = vec!["dpkg", "-L"];
+    args.extend(packages);
+    let out = root.run(sh, &args)?;
+    Ok(out.lines().map(String::from).collect())
+}
+
+const GUEST_SCRIPT: &str = r#"
+step() { echo "MTGDRCOPY-STEP $1 $(cut -d' ' -f1 /proc/uptime)"; }
+fail() { echo "MTGDRCOPY-FAIL $*"; exit 1; }
+KO=/lib/modules/$(uname -r)/updates/dkms/mtgdrdrv.ko
+export LD_LIBRARY_PATH=/usr/lib/mtgdrcopy/emu
+
+step udev
+mkdir -p /run/udev
+@UDEVD@ --daemon || fail "systemd-udevd did not start"
+
+step messages
+# What libgdrapi says without the module (a consumer built against the package's library).
+GDRCOPY_ENABLE_LOGGING=1 /opt/mtgdrcopy/consumer 2>&1
+
+step insmod.sh
+out=$(sh /opt/mtgdrcopy/insmod.sh "$KO" 2>&1) && fail "insmod.sh loaded mtgdrdrv without mtgpu: $out"
+echo "$out"
+echo "$out" | grep -q "driver is not loaded" || fail "insmod.sh did not say that mtgpu is missing"
+insmod "$KO" 2>/dev/null && fail "mtgdrdrv loaded without a provider of mtgpu_p2p_get_pages"
+insmod /lib/mtgdrcopy/mtgpu_emu.ko || fail "insmod mtgpu_emu"
+MTGDRDRV_PROVIDER=mtgpu_emu sh /opt/mtgdrcopy/insmod.sh "$KO" || fail "insmod.sh with the provider loaded"
+udevadm settle --timeout=10
+node=$(stat -c '%a %G' /dev/mtgdrdrv)
+echo "MTGDRCOPY-NODE $node"
+[ "$node" = "660 render" ] || fail "/dev/mtgdrdrv is '$node'; the udev rule says 660 render"
+for i in $(seq 50); do [ -c /dev/mtgpu_emu ] && break; sleep 0.1; done
+
+step permissions
+# The rule's policy: the render group may open the device, others may not.
+render=$(grep '^render:' /etc/group | cut -d: -f3)
+out=$(/opt/mtgdrcopy/setpriv --reuid=65534 --regid=65534 --clear-groups env GDRCOPY_ENABLE_LOGGING=1 /opt/mtgdrcopy/consumer 2>&1)
+echo "$out"
+echo "$out" | grep -q "gdr_open: failed" || fail "a user outside the render group opened /dev/mtgdrdrv"
+out=$(/opt/mtgdrcopy/setpriv --reuid=65534 --regid=65534 --groups="$render" /opt/mtgdrcopy/consumer 2>&1)
+echo "$out" | grep -q "gdr_open: ok" || fail "a user of the render group could not open /dev/mtgdrdrv: $out"
+
+step sanity
+mtgdrcopy_sanity || fail "mtgdrcopy_sanity of the installed package failed"
+GDRCOPY_ENABLE_LOGGING=1 GDRCOPY_LOG_LEVEL=1 mtgdrcopy_sanity -t basic_unaligned_mapping 2>&1 | grep -i "map" || true
+
+step container
+mkdir -p /container/dev /container/proc /container/tmp
+for node in mtgdrdrv mtgpu_emu; do
+	major=$((0x$(stat -c %t /dev/$node))); minor=$((0x$(stat -c %T /dev/$node)))
+	mknod /container/dev/$node c $major $minor || fail "mknod $node"
+	chown "$(stat -c %u:%g /dev/$node)" /container/dev/$node
+	chmod "$(stat -c %a /dev/$node)" /container/dev/$node
+done
+mknod -m 666 /container/dev/null c 1 3
+mount -t proc proc /container/proc || fail "mounting /proc in the container"
+chroot /container /usr/bin/mtgdrcopy_sanity || fail "mtgdrcopy_sanity in the container failed"
+chroot /container /usr/bin/mtgdrcopy_copybw -s 64K -w 100 -r 10 || fail "mtgdrcopy_copybw in the container failed"
+umount /container/proc
+
+step unload
+rmmod mtgdrdrv || fail "rmmod mtgdrdrv"
+rmmod mtgpu_emu || fail "rmmod mtgpu_emu"
+step done
+"#;
+
+fn run_vm(sh: &Shell, kernel: &Kernel, host: &Root, container: &Root) -> Result<()> {
+    let t = Instant::now();
+    let (_, emu) = vmtest::build_modules(sh, kernel)?;
+    cmd!(sh, "cargo build --quiet --release -p mtgpu-emu-musa --lib")
+        .run()
+        .context("building the emulated libmusa")?;
+    let libmusa = paths::root().join("target/release/libmusa.so");
+    timed("emulated provider and libmusa built", t);
+
+    let release = &kernel.release;
+    let mut host_paths = package_files(sh, host, &["libgdrapi", "mtgdrcopy-tests"])?;
+    host_paths.retain(|p| p.starts_with("/usr/bin/") || p.contains("/libgdrapi.so.1"));
+    host_paths.push("/usr/lib/udev/rules.d/60-mtgdrdrv.rules".into());
+    let udev = package_files(sh, host, &["udev"])?;
+    let udevd = udev
+        .iter()
+        .find(|p| p.ends_with("/systemd-udevd"))
+        .context("the udev package has no systemd-udevd")?
+        .clone();
+    let udevadm = udev
+        .iter()
+        .find(|p| p.ends_with("/udevadm"))
+        .context("the udev package has no udevadm")?
+        .clone();
+    host_paths.extend([
+        udevd.clone(),
+        udevadm,
+        "/usr/bin/setpriv".into(),
+        "/etc/passwd".into(),
+        "/etc/group".into(),
+        "/tmp/consumer/consumer".into(),
+    ]);
+    host_paths.push(format!("/lib/modules/{release}/updates/dkms/mtgdrdrv.ko"));
+    let mut files = root_files(sh, host, &host_paths, "", "vm-files")?;
+    // The guest's /tmp is a fresh tmpfs, and busybox has its own, smaller setpriv.
+    for (_, guest) in files.iter_mut() {
+        if guest == "/tmp/consumer/consumer" || guest == "/usr/bin/setpriv" {
+            let name = guest.rsplit('/').next().unwrap_or_default().to_owned();
+            *guest = format!("/opt/mtgdrcopy/{name}");
+        }
+    }
+
+    let container_paths = package_files(sh, container, &["libgdrapi", "mtgdrcopy-tests"])?
+        .into_iter()
+        .filter(|p| p.starts_with("/usr/bin/") || p.contains("/libgdrapi.so.1"))
+        .collect::<Vec<_>>();
+    files.extend(root_files(
+        sh,
+        container,
+        &container_paths,
+        "/container",
+        "vm-files",
+    )?);
+
+    files.extend([
+        (emu, "/lib/mtgdrcopy/mtgpu_emu.ko".to_owned()),
+        (
+            libmusa.clone(),
+            "/usr/lib/mtgdrcopy/emu/libmusa.so.1".to_owned(),
+        ),
+        (
+            libmusa,
+            "/container/usr/lib/mtgdrcopy/emu/libmusa.so.1".to_owned(),
+        ),
+        (
+            paths::root().join("insmod.sh"),
+            "/opt/mtgdrcopy/insmod.sh".to_owned(),
+        ),
+    ]);
+    let group = host.read(sh, "/etc/group")?;
+    ensure!(
+        group.lines().any(|l| l.starts_with("render:")),
+        "the host root has no render group, which the udev rule names"
+    );
+
+    let mut spec = vm::VmSpec::new(kernel.clone());
+    spec.files = files;
+    spec.script = GUEST_SCRIPT.replace("@UDEVD@", &udevd);
+    spec.ivshmem_mb = 256;
+    spec.timeout = Duration::from_secs(600);
+    let log = paths::build_dir()
+        .join("pkgtest")
+        .join(format!("vm-{release}.log"));
+    let outcome = vm::run(&spec, &log)?;
+    let console = outcome.console.replace('\r', "");
+    let marks: Vec<(&str, f64)> = console
+        .lines()
+        .filter_map(|l| {
+            let rest = &l[l.find("MTGDRCOPY-STEP ")? + "MTGDRCOPY-STEP ".len()..];
+            let mut f = rest.split_whitespace();
+            Some((f.next()?, f.next()?.parse().ok()?))
+        })
+        .collect();
+    for pair in marks.windows(2) {
+        eprintln!("      guest {}: {:.1} s", pair[0].0, pair[1].1 - pair[0].1);
+    }
+    if let Some(node) = console
+        .lines()
+        .find_map(|l| l.strip_prefix("MTGDRCOPY-NODE "))
+    {
+        eprintln!("      /dev/mtgdrdrv: mode {node} (udev, debian/60-mtgdrdrv.rules)");
+    }
+    check_readme_quotes(&console)?;
+    ensure!(
+        outcome.kernel_problems.is_empty(),
+        "kernel reported problems:\n{}\nfull log: {}",
+        outcome.kernel_problems.join("\n"),
+        log.display()
+    );
+    if outcome.exit_code != Some(0) {
+        let lines: Vec<&str> = console.lines().collect();
+        bail!(
+            "the VM part failed (exit {:?}):\n{}\nfull log: {}",
+            outcome.exit_code,
+            lines[lines.len().saturating_sub(50)..].join("\n"),
+            log.display()
+        );
+    }
+    Ok(())
+}
