@@ -168,8 +168,8 @@ int gdr_pin_buffer(gdr_t g,
 int gdr_pin_buffer_v2(gdr_t g, unsigned long addr, size_t size, uint32_t flags, gdr_mh_t *handle);
 
 /**
- * Unmaps the buffer if still mapped, then unpins it. The handle is retired even if the driver
- * reports an error.
+ * Unmaps the buffer if still mapped (as `gdr_unmap`, waiting for copies in flight), then
+ * unpins it. The handle is retired even if the driver reports an error.
  *
  * # Safety
  * `g` is a live `gdr_t`.
@@ -208,7 +208,8 @@ int gdr_map_v2(gdr_t g, gdr_mh_t handle, void **va, size_t size, int flags);
 
 /**
  * Unmaps what `gdr_map` returned: `va` must be that address and `size` round up to the same
- * length, else `EINVAL`.
+ * length, else `EINVAL`. Copies through the handle then fail with `EINVAL`; one already in
+ * flight in another thread is waited for before the memory goes.
  *
  * # Safety
  * `g` is a live `gdr_t`; no access through the mapping may follow.
@@ -216,18 +217,22 @@ int gdr_map_v2(gdr_t g, gdr_mh_t handle, void **va, size_t size, int flags);
 int gdr_unmap(gdr_t g, gdr_mh_t handle, void *va, size_t size);
 
 /**
- * Host → device. `map_d_ptr .. + size` must lie inside the mapping of `handle`.
+ * Host → device. `map_d_ptr .. + size` must lie inside the live mapping of `handle`, else
+ * `EINVAL` (also in a forked child, which inherits no mapping). A copy racing
+ * `gdr_unmap`/`gdr_unpin_buffer`/`gdr_close` of its handle in another thread either completes
+ * before the mapping goes (the unmap waits for it) or returns `EINVAL`; it never faults.
  *
  * # Safety
- * `h_ptr` is readable for `size` bytes; the mapping is not unmapped concurrently.
+ * `h_ptr` is readable for `size` bytes.
  */
 int gdr_copy_to_mapping(gdr_mh_t handle, void *map_d_ptr, const void *h_ptr, size_t size);
 
 /**
- * Device → host. `map_d_ptr .. + size` must lie inside the mapping of `handle`.
+ * Device → host. `map_d_ptr .. + size` must lie inside the live mapping of `handle`, else
+ * `EINVAL`; racing an unmap as `gdr_copy_to_mapping`.
  *
  * # Safety
- * `h_ptr` is writable for `size` bytes; the mapping is not unmapped concurrently.
+ * `h_ptr` is writable for `size` bytes.
  */
 int gdr_copy_from_mapping(gdr_mh_t handle, void *h_ptr, const void *map_d_ptr, size_t size);
 

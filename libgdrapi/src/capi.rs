@@ -211,10 +211,14 @@ impl gdr {
         let drained: Vec<(u64, Memh)> = self.memhs().drain().collect();
         let in_opener = self.gdr.driver().in_opener();
         let mut first_error = None;
-        for (h, mut memh) in drained {
+        let keys: Vec<u64> = drained.iter().map(|(h, _)| *h).collect();
+        for &h in &keys {
             handles::release(h);
+        }
+        handles::quiesce(&keys);
+        for (_, mut memh) in drained {
             if let Some(mut mapping) = memh.mapping.take() {
-                // SAFETY: the handle is retired, so no copy through it can start anymore.
+                // SAFETY: the handle is retired and no copy through it is in flight.
                 if let Err(e) = unsafe { mapping.unmap() } {
                     first_error.get_or_insert(e);
                 }
@@ -315,8 +319,8 @@ pub unsafe extern "C" fn gdr_pin_buffer_v2(
     })
 }
 
-/// Unmaps the buffer if still mapped, then unpins it. The handle is retired even if the driver
-/// reports an error.
+/// Unmaps the buffer if still mapped (as `gdr_unmap`, waiting for copies in flight), then
+/// unpins it. The handle is retired even if the driver reports an error.
 ///
 /// # Safety
 /// `g` is a live `gdr_t`.
@@ -331,7 +335,8 @@ pub unsafe extern "C" fn gdr_unpin_buffer(g: gdr_t, handle: gdr_mh_t) -> c_int {
             .ok_or(einval("gdr_unpin_buffer"))?;
         handles::release(handle.key());
         if let Some(mut mapping) = memh.mapping.take() {
-            // SAFETY: the handle is retired, so no new copy can use the mapping.
+            handles::quiesce(&[handle.key()]);
+            // SAFETY: the handle is retired and no copy through it is in flight.
             unsafe { mapping.unmap() }?;
         }
         memh.pin.unpin()
@@ -470,7 +475,8 @@ pub unsafe extern "C" fn gdr_map_v2(
 }
 
 /// Unmaps what `gdr_map` returned: `va` must be that address and `size` round up to the same
-/// length, else `EINVAL`.
+/// length, else `EINVAL`. Copies through the handle then fail with `EINVAL`; one already in
+/// flight in another thread is waited for before the memory goes.
 ///
 /// # Safety
 /// `g` is a live `gdr_t`; no access through the mapping may follow.
@@ -492,29 +498,42 @@ pub unsafe extern "C" fn gdr_unmap(
                 return Err(einval("gdr_unmap"));
             }
             handles::set_unmapped(handle.key());
+            handles::quiesce(&[handle.key()]);
             let mut mapping = memh.mapping.take().ok_or(einval("gdr_unmap"))?;
-            // SAFETY: the caller promises no further access; copies now see it unmapped.
+            // SAFETY: copies now see the handle unmapped, and none through it is in flight.
             unsafe { mapping.unmap() }
         })
     })
 }
 
-/// Checks a copy's handle and device range without a lock (see `handles`).
-fn device_range_ok(
+/// Runs `copy` if `device .. + size` lies inside the live mapping of `handle` (checked without a
+/// lock, see `handles`); 0, or `EINVAL` without touching anything.
+fn checked_copy(
     handle: gdr_mh_t,
     device: *const c_void,
     host: *const c_void,
     size: usize,
-) -> bool {
-    !device.is_null()
-        && !host.is_null()
-        && handles::mapping_contains(handle.key(), device as usize, size)
+    copy: impl FnOnce(),
+) -> c_int {
+    if size == 0 {
+        return 0;
+    }
+    if device.is_null() || host.is_null() {
+        return Errno::EINVAL as c_int;
+    }
+    match handles::with_mapping(handle.key(), device as usize, size, copy) {
+        Some(()) => 0,
+        None => Errno::EINVAL as c_int,
+    }
 }
 
-/// Host → device. `map_d_ptr .. + size` must lie inside the mapping of `handle`.
+/// Host → device. `map_d_ptr .. + size` must lie inside the live mapping of `handle`, else
+/// `EINVAL` (also in a forked child, which inherits no mapping). A copy racing
+/// `gdr_unmap`/`gdr_unpin_buffer`/`gdr_close` of its handle in another thread either completes
+/// before the mapping goes (the unmap waits for it) or returns `EINVAL`; it never faults.
 ///
 /// # Safety
-/// `h_ptr` is readable for `size` bytes; the mapping is not unmapped concurrently.
+/// `h_ptr` is readable for `size` bytes.
 #[no_mangle]
 pub unsafe extern "C" fn gdr_copy_to_mapping(
     handle: gdr_mh_t,
@@ -522,22 +541,18 @@ pub unsafe extern "C" fn gdr_copy_to_mapping(
     h_ptr: *const c_void,
     size: usize,
 ) -> c_int {
-    if size == 0 {
-        return 0;
-    }
-    if !device_range_ok(handle, map_d_ptr, h_ptr, size) {
-        return Errno::EINVAL as c_int;
-    }
-    // SAFETY: the device range is inside a live mapping (checked) and the host range is valid
-    // (caller's guarantee).
-    unsafe { (copy::selected().to_device)(map_d_ptr.cast(), h_ptr.cast(), size) };
-    0
+    checked_copy(handle, map_d_ptr, h_ptr, size, || {
+        // SAFETY: the device range is inside a live mapping that stays mapped during the copy
+        // (checked and announced by `with_mapping`); the host range is the caller's guarantee.
+        unsafe { (copy::selected().to_device)(map_d_ptr.cast(), h_ptr.cast(), size) }
+    })
 }
 
-/// Device → host. `map_d_ptr .. + size` must lie inside the mapping of `handle`.
+/// Device → host. `map_d_ptr .. + size` must lie inside the live mapping of `handle`, else
+/// `EINVAL`; racing an unmap as `gdr_copy_to_mapping`.
 ///
 /// # Safety
-/// `h_ptr` is writable for `size` bytes; the mapping is not unmapped concurrently.
+/// `h_ptr` is writable for `size` bytes.
 #[no_mangle]
 pub unsafe extern "C" fn gdr_copy_from_mapping(
     handle: gdr_mh_t,
@@ -545,15 +560,10 @@ pub unsafe extern "C" fn gdr_copy_from_mapping(
     map_d_ptr: *const c_void,
     size: usize,
 ) -> c_int {
-    if size == 0 {
-        return 0;
-    }
-    if !device_range_ok(handle, map_d_ptr, h_ptr, size) {
-        return Errno::EINVAL as c_int;
-    }
-    // SAFETY: as in `gdr_copy_to_mapping`, with the roles swapped.
-    unsafe { (copy::selected().from_device)(h_ptr.cast(), map_d_ptr.cast(), size) };
-    0
+    checked_copy(handle, map_d_ptr, h_ptr, size, || {
+        // SAFETY: as in `gdr_copy_to_mapping`, with the roles swapped.
+        unsafe { (copy::selected().from_device)(h_ptr.cast(), map_d_ptr.cast(), size) }
+    })
 }
 
 /// # Safety

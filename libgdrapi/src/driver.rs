@@ -91,6 +91,8 @@ macro_rules! ioctl {
 
 impl Driver {
     pub fn open() -> Result<Driver> {
+        // Before any mapping exists: the fork handler and the unmap/copy barrier.
+        crate::handles::init();
         let fd =
             open(DEVICE_PATH, OFlag::O_RDWR | OFlag::O_CLOEXEC, Mode::empty()).map_err(|e| {
                 explain_open_failure(e);

@@ -14,7 +14,7 @@ use nix::errno::Errno;
 use crate::copy;
 use crate::driver::Driver;
 use crate::error::{Error, Result};
-use crate::log;
+use crate::{handles, log};
 
 /// An open `/dev/mtgdrdrv`. Cheap to share between threads (`&Gdr` is `Sync`).
 pub struct Gdr {
@@ -288,6 +288,7 @@ impl PinnedBuffer {
             ptr,
             len,
             mapping_type: MappingType::None,
+            forks: handles::fork_generation(),
         };
         let info = match self.info() {
             Ok(info) => info,
@@ -349,7 +350,7 @@ impl Drop for PinnedBuffer {
 ///
 /// Concurrent copies to overlapping ranges from several threads leave unspecified bytes there,
 /// as with any memory shared without synchronisation; they never touch memory outside the
-/// mapping.
+/// mapping. In a forked child (which inherits no mapping) every copy fails with `EINVAL`.
 pub struct Mapping<'p> {
     raw: RawMapping,
     _pin: PhantomData<&'p PinnedBuffer>,
@@ -393,6 +394,10 @@ impl Mapping<'_> {
     }
 
     fn range(&self, offset: usize, len: usize, call: &'static str) -> Result<*mut u8> {
+        // A forked child holds a copy of this struct but not the mapping (VM_DONTCOPY).
+        if self.raw.forks != handles::fork_generation() {
+            return Err(Error::new(call, Errno::EINVAL));
+        }
         match offset.checked_add(len) {
             Some(end) if end <= self.raw.len => {
                 // SAFETY: `offset <= len` of the mapping, so the result stays inside it.
@@ -431,6 +436,8 @@ pub(crate) struct RawMapping {
     ptr: NonNull<u8>,
     len: usize,
     pub mapping_type: MappingType,
+    /// `handles::fork_generation()` when mapped: the mapping exists in that process only.
+    forks: u64,
 }
 
 impl RawMapping {

@@ -4,9 +4,23 @@
 //! another `gdr_t` whose table does not hold it) is recognised instead of being dereferenced as
 //! upstream's raw pointers are. Slots live in segments that are allocated once and never freed,
 //! so the copy path can check a handle with plain atomic loads: no lock, no system call.
+//!
+//! Copies racing an unmap. A copy announces the handle it copies through in its thread's
+//! *hazard* slot, then checks the handle; an unmap (or unpin, or close) first retires the
+//! mapping in the table, then waits until no thread announces the handle, and only then calls
+//! munmap. So a copy racing an unmap either completes before the memory goes or fails with
+//! EINVAL: it never faults, and never stores to the address once the unmap returned (when a new
+//! mapping may live there). The announcement costs the copy two plain stores: the ordering the
+//! check needs is bought on the unmap's side with membarrier(2) (MEMBARRIER_CMD_PRIVATE_EXPEDITED),
+//! or, where that is unavailable, with a full fence on both sides.
+//!
+//! Fork. Mappings are not inherited (the module maps them VM_DONTCOPY), but this table is: a
+//! child handler registered with pthread_atfork marks every handle unmapped in the child, so a
+//! copy there fails with EINVAL instead of storing to whatever the child has at that address.
+//! [`fork_generation`] lets the safe API's mappings notice the same.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, Once, OnceLock, PoisonError};
 
 const SEGMENT_LEN: usize = 4096;
 const SEGMENTS: usize = 256;
@@ -58,6 +72,7 @@ fn live_slot(handle: u64) -> Option<&'static Slot> {
 
 /// A new handle, or `None` when `MAX_LIVE_HANDLES` are live.
 pub fn allocate() -> Option<u64> {
+    init();
     let mut alloc = ALLOCATOR.lock().unwrap_or_else(PoisonError::into_inner);
     let index = match alloc.free.pop() {
         Some(index) => index,
@@ -89,7 +104,7 @@ pub fn release(handle: u64) {
         if let Some(slot) = live_slot(handle) {
             let state = slot.state.load(Ordering::Relaxed);
             slot.state
-                .store(state & !(LIVE | TYPE_MASK), Ordering::Release);
+                .store(state & !(LIVE | TYPE_MASK), Ordering::SeqCst);
             ALLOCATOR
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -114,13 +129,198 @@ pub fn set_mapped(handle: u64, base: usize, len: usize, mapping_type: u32) {
 pub fn set_unmapped(handle: u64) {
     if let Some(slot) = live_slot(handle) {
         let state = slot.state.load(Ordering::Relaxed);
-        slot.state.store(state & !TYPE_MASK, Ordering::Release);
+        slot.state.store(state & !TYPE_MASK, Ordering::SeqCst);
     }
+}
+
+/// Runs `copy` if `[ptr, ptr + len)` lies inside the live mapping of `handle`, announcing the
+/// handle meanwhile so that an unmap waits for the copy ([`quiesce`]); `None` if not. Lock-free
+/// and without a system call.
+#[inline]
+pub fn with_mapping<R>(handle: u64, ptr: usize, len: usize, copy: impl FnOnce() -> R) -> Option<R> {
+    let mut copy = Some(copy);
+    let mut run = || {
+        if mapping_contains(handle, ptr, len) {
+            copy.take().map(|f| f())
+        } else {
+            None
+        }
+    };
+    match HAZARD.try_with(|h| h.0) {
+        Ok(Some(hazard)) => {
+            hazard.handle.store(handle, Ordering::Relaxed);
+            reader_fence();
+            let r = run();
+            hazard.handle.store(0, Ordering::Release);
+            r
+        }
+        // No hazard for this thread (all taken, or its storage is being torn down: a copy from
+        // a TLS destructor): count the copy globally instead.
+        _ => {
+            SLOW_COPIES.fetch_add(1, Ordering::SeqCst);
+            let r = run();
+            SLOW_COPIES.fetch_sub(1, Ordering::Release);
+            r
+        }
+    }
+}
+
+/// Waits until no copy through any of `handles` is in flight. The caller has retired them
+/// ([`release`] or [`set_unmapped`]) first, so copies starting now fail; after this returns the
+/// mappings can go.
+pub fn quiesce(handles: &[u64]) {
+    // Only threads holding a hazard can have a copy in flight; this thread is not copying.
+    // A thread that takes its hazard after this look sees the retirement (see `take`), so a
+    // process where no other thread ever copied skips the barrier.
+    fence(Ordering::SeqCst);
+    let mine = HAZARD.try_with(|h| h.0).ok().flatten();
+    let others = HAZARDS
+        .iter()
+        .any(|h| !mine.is_some_and(|m| std::ptr::eq(m, h)) && h.taken.load(Ordering::SeqCst));
+    if others {
+        writer_barrier();
+        for h in HAZARDS.iter() {
+            let mut spins = 0u32;
+            while handles.contains(&h.handle.load(Ordering::Acquire)) {
+                backoff(&mut spins);
+            }
+        }
+    }
+    let mut spins = 0u32;
+    while SLOW_COPIES.load(Ordering::SeqCst) != 0 {
+        backoff(&mut spins);
+    }
+}
+
+fn backoff(spins: &mut u32) {
+    *spins += 1;
+    if *spins < 64 {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+}
+
+/// One thread's announcement of the handle it copies through (0: none).
+struct Hazard {
+    handle: AtomicU64,
+    taken: AtomicBool,
+}
+
+/// The hazards, one per thread that copies; a thread's is free again once the thread exits.
+/// Threads beyond these (hundreds copying at once) are counted in `SLOW_COPIES` instead.
+static HAZARDS: [Hazard; 256] = [const {
+    Hazard {
+        handle: AtomicU64::new(0),
+        taken: AtomicBool::new(false),
+    }
+}; 256];
+/// Copies in flight without a hazard of their own.
+static SLOW_COPIES: AtomicU64 = AtomicU64::new(0);
+
+/// This thread's hazard (None: all taken), given back when the thread exits.
+struct ThreadHazard(Option<&'static Hazard>);
+
+impl ThreadHazard {
+    fn take() -> ThreadHazard {
+        let mine = HAZARDS.iter().find(|h| {
+            h.taken
+                .compare_exchange(false, true, Ordering::SeqCst, Ordering::Relaxed)
+                .is_ok()
+        });
+        // Pairs with the fence in `quiesce`: either that unmap sees this hazard taken, or this
+        // thread's first check sees the handle retired.
+        fence(Ordering::SeqCst);
+        ThreadHazard(mine)
+    }
+}
+
+impl Drop for ThreadHazard {
+    fn drop(&mut self) {
+        if let Some(h) = self.0 {
+            h.handle.store(0, Ordering::Release);
+            h.taken.store(false, Ordering::Release);
+        }
+    }
+}
+
+thread_local! {
+    static HAZARD: ThreadHazard = ThreadHazard::take();
+}
+
+/// Set when membarrier(2) cannot be used: copies and unmaps then both use full fences.
+static FENCED: AtomicBool = AtomicBool::new(false);
+
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_int = 1 << 3;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
+
+fn membarrier(cmd: libc::c_int) -> bool {
+    // SAFETY: membarrier takes no pointers.
+    unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0, 0) == 0 }
+}
+
+/// Orders a copy's announcement before its check of the handle.
+#[inline]
+fn reader_fence() {
+    if FENCED.load(Ordering::Relaxed) {
+        fence(Ordering::SeqCst);
+    } else {
+        // The unmap side's membarrier makes every thread execute a full barrier.
+        compiler_fence(Ordering::SeqCst);
+    }
+}
+
+/// Orders an unmap's retirement of handles before its look at the announcements.
+fn writer_barrier() {
+    if FENCED.load(Ordering::Relaxed) || !membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) {
+        fence(Ordering::SeqCst);
+    }
+}
+
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+/// How many forks separate this process from the one the library started in: a mapping made
+/// at another generation is not mapped here.
+pub fn fork_generation() -> u64 {
+    FORKS.load(Ordering::Relaxed)
+}
+
+/// The pthread_atfork child handler: nothing of the parent's is mapped here, and the parent's
+/// other threads (and their copies in flight) do not exist.
+extern "C" fn after_fork_in_child() {
+    FORKS.fetch_add(1, Ordering::Relaxed);
+    for segment in TABLE.iter() {
+        let Some(slots) = segment.get() else { continue };
+        for slot in slots.iter() {
+            let state = slot.state.load(Ordering::Relaxed);
+            slot.state.store(state & !TYPE_MASK, Ordering::Relaxed);
+        }
+    }
+    for h in HAZARDS.iter() {
+        h.handle.store(0, Ordering::Relaxed);
+    }
+    SLOW_COPIES.store(0, Ordering::Relaxed);
+    if !FENCED.load(Ordering::Relaxed) && !membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) {
+        FENCED.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Registers the fork handler and membarrier, once per process; before any mapping exists.
+pub fn init() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        if !membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) {
+            FENCED.store(true, Ordering::Relaxed);
+        }
+        // SAFETY: registers a handler that only touches this module's atomics and makes a
+        // system call, which is allowed in a fork child.
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+    });
 }
 
 /// Whether `[ptr, ptr + len)` lies inside the live mapping of `handle`. Lock-free.
 #[inline]
-pub fn mapping_contains(handle: u64, ptr: usize, len: usize) -> bool {
+fn mapping_contains(handle: u64, ptr: usize, len: usize) -> bool {
     let Some(slot) = live_slot(handle) else {
         return false;
     };
@@ -165,5 +365,86 @@ mod tests {
         release(b);
         assert!(!is_live(0));
         assert!(!is_live(u64::MAX));
+    }
+
+    /// Copies racing an unmap: none runs after `quiesce` returned, and each either ran or
+    /// was refused.
+    #[test]
+    fn no_copy_runs_after_the_unmap_quiesced() {
+        use std::sync::atomic::AtomicBool;
+        init();
+        for _ in 0..10 {
+            let h = allocate().expect("slot");
+            set_mapped(h, 0x10_0000, 0x1000, 1);
+            let gone = AtomicBool::new(false);
+            let stop = AtomicBool::new(false);
+            let started = AtomicU64::new(0);
+            let (ran, refused) = std::thread::scope(|s| {
+                let copiers: Vec<_> = (0..4)
+                    .map(|_| {
+                        s.spawn(|| {
+                            let (mut ran, mut refused) = (0u64, 0u64);
+                            while !stop.load(Ordering::Acquire) {
+                                match with_mapping(h, 0x10_0800, 16, || {
+                                    // A copy long enough to overlap the unmap.
+                                    for _ in 0..2000 {
+                                        std::hint::spin_loop();
+                                    }
+                                    assert!(!gone.load(Ordering::SeqCst), "copy after unmap");
+                                }) {
+                                    Some(()) => {
+                                        if ran == 0 {
+                                            started.fetch_add(1, Ordering::SeqCst);
+                                        }
+                                        ran += 1;
+                                    }
+                                    None => refused += 1,
+                                }
+                            }
+                            (ran, refused)
+                        })
+                    })
+                    .collect();
+                while started.load(Ordering::SeqCst) < 4 {
+                    std::thread::yield_now();
+                }
+                set_unmapped(h);
+                quiesce(&[h]);
+                gone.store(true, Ordering::SeqCst);
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                stop.store(true, Ordering::Release);
+                copiers
+                    .into_iter()
+                    .map(|c| c.join().expect("copier"))
+                    .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+            });
+            assert!(ran > 0 && refused > 0, "ran {ran}, refused {refused}");
+            release(h);
+        }
+    }
+
+    /// In a forked child no handle is mapped, whatever the parent's table says.
+    #[test]
+    fn a_forked_child_sees_no_mapping() {
+        init();
+        let h = allocate().expect("slot");
+        set_mapped(h, 0x20_0000, 0x1000, 1);
+        let before = fork_generation();
+        // SAFETY: the child only reads atomics and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork");
+        if pid == 0 {
+            let ok = !mapping_contains(h, 0x20_0000, 1)
+                && with_mapping(h, 0x20_0000, 1, || ()).is_none()
+                && fork_generation() == before + 1;
+            // SAFETY: leaving the forked child at once.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert_eq!(status, 0, "the child saw the parent's mapping");
+        assert!(mapping_contains(h, 0x20_0000, 1), "the parent still does");
+        release(h);
     }
 }

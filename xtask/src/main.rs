@@ -7,6 +7,7 @@ mod chroot;
 mod codegen;
 mod copycount;
 mod deb;
+mod fuzz;
 mod hostbench;
 mod install;
 mod kernel;

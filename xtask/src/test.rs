@@ -35,6 +35,10 @@ pub fn run(args: Args) -> Result<()> {
         ("libgdrapi.so exports and soname", Box::new(shared_library)),
         ("gdrapi.h C and C++ compile test", Box::new(header_test)),
         (
+            "libFuzzer targets of libgdrapi (cargo-fuzz)",
+            Box::new(crate::fuzz::libfuzzer_step),
+        ),
+        (
             "copy variants: instructions and device accesses (valgrind)",
             Box::new(|_: &Shell| crate::copycount::run()),
         ),

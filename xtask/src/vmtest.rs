@@ -267,7 +267,7 @@ fn tool_files(sh: &Shell) -> Result<Vec<(PathBuf, String)>> {
     .run()?;
     cmd!(
         sh,
-        "cargo build --quiet --release -p mtgdrcopy-tests --bins"
+        "cargo build --quiet --release -p mtgdrcopy-tests -p mtgdrdrv-fuzz --bins"
     )
     .run()?;
     let release = paths::root().join("target/release");
@@ -285,7 +285,9 @@ fn tool_files(sh: &Shell) -> Result<Vec<(PathBuf, String)>> {
         let Some(name) = path.file_name().and_then(|n| n.to_str()).map(String::from) else {
             continue;
         };
-        if name.starts_with("mtgdrcopy_") && path.is_file() && !name.contains('.') {
+        // The tools, and the adversarial suite's fuzzer (test-only, not in any package).
+        let wanted = name.starts_with("mtgdrcopy_") || name == "mtgdrdrv_fuzz";
+        if wanted && path.is_file() && !name.contains('.') {
             stage(path, &name, format!("/usr/bin/{name}"))?;
         }
     }
@@ -314,7 +316,7 @@ for i in $(seq 50); do [ -c /dev/mtgdrdrv ] && [ -c /dev/mtgpu_emu ] && break; s
 [ -c /dev/mtgpu_emu ] || fail "/dev/mtgpu_emu did not appear"
 cat /proc/driver/mtgdrdrv/params
 step tests
-/opt/mtgdrcopy/vm_module --test-threads=1
+MTGDRCOPY_STRESS_CYCLES=2000 /opt/mtgdrcopy/vm_module --test-threads=1
 rc=$?
 step sanity
 export LD_LIBRARY_PATH=/usr/lib/mtgdrcopy:/usr/lib/mtgdrcopy/emu
@@ -322,6 +324,8 @@ for page in 4096 65536 2097152; do
     echo "MTGDRCOPY-SANITY-PAGE $page"
     MTGPU_EMU_PAGE_SIZE=$page mtgdrcopy_sanity -e || rc=1
 done
+step fuzz
+mtgdrdrv_fuzz --seed @FUZZ_SEED@ --ops @FUZZ_OPS@ --api-ops 20000 || rc=1
 step counters
 sed 's/^/MTGDRCOPY-COUNTER /' /proc/driver/mtgdrdrv/counters
 step unload
@@ -358,7 +362,7 @@ fn module_vm(sh: &Shell, kernel: &Kernel) -> Result<vm::VmSpec> {
     spec.files.extend(tools);
     spec.ivshmem_mb = 256;
     spec.memory_mb = 1024;
-    spec.timeout = Duration::from_secs(600);
+    spec.timeout = Duration::from_secs(1200);
     Ok(spec)
 }
 
@@ -411,7 +415,23 @@ pub fn run_command(sh: &Shell, kernel: &Kernel, cmd: &str, extra_cmdline: String
 /// One boot of `kernel` running the module tests, judged by exit code, kernel log and counters.
 pub fn run_module_tests(sh: &Shell, kernel: &Kernel) -> Result<()> {
     let mut spec = module_vm(sh, kernel)?;
-    spec.script = SCRIPT.into();
+    // The fuzzer's seed: MTGDRCOPY_FUZZ_SEED replays a run, else a new one each time (printed).
+    let seed = std::env::var("MTGDRCOPY_FUZZ_SEED").unwrap_or_else(|_| {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64);
+        format!("{:#x}", t ^ u64::from(std::process::id()) << 32)
+    });
+    eprintln!("    mtgdrdrv_fuzz seed {seed} (MTGDRCOPY_FUZZ_SEED={seed} replays it)");
+    // Kernel-level operations of the fuzzer (MTGDRCOPY_FUZZ_OPS, default 100,000, the issue's
+    // floor per CI run: about 4 to 5 minutes under TCG).
+    let ops = std::env::var("MTGDRCOPY_FUZZ_OPS")
+        .ok()
+        .filter(|v| v.parse::<u64>().is_ok())
+        .unwrap_or_else(|| "100000".into());
+    spec.script = SCRIPT
+        .replace("@FUZZ_SEED@", &seed)
+        .replace("@FUZZ_OPS@", &ops);
     let log = paths::build_dir()
         .join("vm")
         .join(format!("module-tests-{}.log", kernel.release));
@@ -445,10 +465,20 @@ fn tail(console: &str, lines: usize) -> String {
 fn judge(outcome: &vm::VmOutcome, log: &Path) -> Result<()> {
     let console = &outcome.console;
     // The in-VM test summary, repeated for whoever reads this run's output.
-    for line in console
-        .lines()
-        .filter(|l| l.contains("test result:") || l.contains("FAILED") || l.contains("panicked"))
-    {
+    for line in console.lines().filter(|l| {
+        [
+            "test result:",
+            "FAILED",
+            "panicked",
+            "mtgdrdrv_fuzz",
+            "FINDING",
+            "phase exact",
+            "phase concurrent",
+            "phase api",
+        ]
+        .iter()
+        .any(|k| l.contains(k))
+    }) {
         eprintln!("      guest: {}", line.trim());
     }
     ensure!(
