@@ -443,7 +443,7 @@ pub fn run_module_tests(sh: &Shell, kernel: &Kernel) -> Result<()> {
 }
 
 /// The guest's step markers, as durations.
-fn print_guest_steps(console: &str) {
+pub fn print_guest_steps(console: &str) {
     let marks: Vec<(&str, f64)> = console
         .lines()
         .filter_map(|l| {
@@ -457,7 +457,7 @@ fn print_guest_steps(console: &str) {
     }
 }
 
-fn tail(console: &str, lines: usize) -> String {
+pub fn tail(console: &str, lines: usize) -> String {
     let all: Vec<&str> = console.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }
