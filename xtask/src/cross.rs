@@ -434,6 +434,19 @@ pub fn test_steps() -> Vec<crate::test::Step<'static>> {
     steps
 }
 
+/// `cargo xtask cross-test`: the steps of [`test_steps`], each timed; stops at a failure.
+pub fn cli() -> Result<()> {
+    let sh = Shell::new()?;
+    sh.change_dir(paths::root());
+    for (name, step) in test_steps() {
+        eprintln!("==> {name}");
+        let start = std::time::Instant::now();
+        step(&sh).with_context(|| format!("{name} failed"))?;
+        eprintln!("    ok: {name} ({:.1} s)", start.elapsed().as_secs_f64());
+    }
+    Ok(())
+}
+
 /// A binutils program for `target` (e.g. `strip`), run in the chroot on a workspace path.
 pub fn binutil<'a>(sh: &'a Shell, target: &Target, tool: &str) -> Result<Cmd<'a>> {
     let toolchain = toolchain(sh)?;

@@ -57,6 +57,8 @@ enum Command {
     /// Build the modules and the DKMS package for Debian's 5.10, 6.1, 6.12 and 7.x kernels in
     /// chroots of their suites, and run the VM tests on 6.1 and 7.x.
     KmodMatrix(matrix::Args),
+    /// Only the arm64 steps of `test`: tests under qemu-user, header test, packages, lintian.
+    CrossTest,
     /// Build the driver (for one kernel), the library and/or the tools.
     Build(build::Args),
     /// Remove build/ and cargo's target directory.
@@ -97,6 +99,7 @@ fn main() -> Result<()> {
         Command::Bench(args) => bench::run(args),
         Command::CopyCounts => copycount::run(),
         Command::KmodMatrix(args) => matrix::cli(args),
+        Command::CrossTest => cross::cli(),
         Command::Build(args) => build::cli(args),
         Command::Clean => build::clean(),
         Command::Install(args) => install::cli(args),
