@@ -410,10 +410,14 @@ pub fn packages(sh: &Shell, target: &'static Target) -> Result<()> {
     crate::pkgtest::lintian(sh, &debs)
 }
 
-/// The steps of `cargo xtask test` for every cross target: its tests under qemu-user, the
-/// header test, and its packages with lintian.
+/// The steps of `cargo xtask test` for the cross toolchain: the workspace checked with it, and
+/// for every cross target its tests under qemu-user, the header test, and its packages with
+/// lintian.
 pub fn test_steps() -> Vec<crate::test::Step<'static>> {
-    let mut steps: Vec<crate::test::Step<'static>> = Vec::new();
+    let mut steps: Vec<crate::test::Step<'static>> = vec![(
+        "Debian's rustc: cargo check --workspace --all-targets",
+        Box::new(workspace_with_debian_rustc),
+    )];
     for &target in TARGETS {
         if parse(Some(target.triple)).ok().flatten().is_none() {
             continue; // the machine's own: the native steps cover it
@@ -445,6 +449,26 @@ pub fn cli() -> Result<()> {
         eprintln!("    ok: {name} ({:.1} s)", start.elapsed().as_secs_f64());
     }
     Ok(())
+}
+
+/// The whole workspace, every target kind, type-checked by Debian's rustc for the machine's
+/// own architecture: the workspace must build with both toolchains, not only the crates that
+/// are cross-built (xtask, the fuzzer and the emulated libmusa too).
+pub fn workspace_with_debian_rustc(sh: &Shell) -> Result<()> {
+    fetch(sh)?;
+    let toolchain = toolchain(sh)?;
+    toolchain
+        .cmd(sh, &AARCH64, &[], "cargo")
+        .args([
+            "check",
+            "--quiet",
+            "--workspace",
+            "--all-targets",
+            "--locked",
+            "--offline",
+        ])
+        .run()
+        .with_context(|| format!("cargo check --workspace with {}", toolchain.rustc))
 }
 
 /// A binutils program for `target` (e.g. `strip`), run in the chroot on a workspace path.
