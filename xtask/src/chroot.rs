@@ -1,14 +1,15 @@
 //! Debian chroots of other suites, for building against their kernels with their compilers.
 //!
 //! A kernel's headers want the gcc its kernel was built with, and only that suite ships it: the
-//! kernel matrix builds inside a `debootstrap --variant=minbase` chroot of each suite. Chroots
-//! live in `cache_dir()/chroots/<suite>/`, created once (in a staging directory renamed into
-//! place when complete, with a stamp naming the recipe) and then reused offline. The apt sources
-//! are the machine's own (`/etc/apt/sources.list{,.d}`) with the suite renamed: no mirror is
-//! named in the project.
+//! kernel matrix builds inside a `debootstrap --variant=minbase` chroot of each suite (and the
+//! arm64 cross toolchain in one of its own, cross.rs). Chroots live in
+//! `cache_dir()/chroots/<name>/` (the suite's name unless given another), created once (in a
+//! staging directory renamed into place when complete, with a stamp naming the recipe) and then
+//! reused offline. The apt sources are the machine's own (`/etc/apt/sources.list{,.d}`) with the
+//! suite renamed: no mirror is named in the project.
 //!
 //! One process at a time uses a chroot: [`Chroot`] holds an exclusive lock on
-//! `chroots/<suite>.lock`, since its build directory and DKMS registrations are shared state.
+//! `chroots/<name>.lock`, since its build directory and DKMS registrations are shared state.
 
 use std::fs::{self, File};
 use std::io::Write;
