@@ -113,7 +113,7 @@ fn timed(what: &str, start: Instant) {
 
 /// lintian on every .deb: no error, no warning, no info tag (so also no unused override); the
 /// remaining ones are overridden in debian/<package>/lintian-overrides, each with its reason.
-fn lintian(sh: &Shell, debs: &[Built]) -> Result<()> {
+pub fn lintian(sh: &Shell, debs: &[Built]) -> Result<()> {
     kernel::ensure_host_packages(&["lintian"])?;
     // No other xtask rewrites the .debs meanwhile.
     let _lock = crate::stage::lock()?;
