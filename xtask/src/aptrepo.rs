@@ -361,6 +361,17 @@ impl TestKey {
         Ok(key)
     }
 
+    /// The public key, as a binary keyring for `signed-by=`.
+    pub fn public_key(&self, sh: &Shell) -> Result<Vec<u8>> {
+        let home = &self.home;
+        let out = cmd!(sh, "gpg --batch --homedir {home} --export")
+            .quiet()
+            .output()
+            .context("gpg --export")?;
+        ensure!(!out.stdout.is_empty(), "gpg --export gave no key");
+        Ok(out.stdout)
+    }
+
     pub fn signer(&self) -> Signer {
         Signer {
             homedir: Some(self.home.clone()),
@@ -377,5 +388,112 @@ impl Drop for TestKey {
             .arg(&self.home)
             .args(["--kill", "gpg-agent"])
             .status();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A minimal .deb made with dpkg-deb.
+    fn tiny_deb(dir: &Path, package: &str, version: &str, arch: &str) -> PathBuf {
+        let tree = dir.join(format!("{package}-{arch}"));
+        fs::create_dir_all(tree.join("DEBIAN")).unwrap();
+        fs::write(
+            tree.join("DEBIAN/control"),
+            format!(
+                "Package: {package}\nVersion: {version}\nArchitecture: {arch}\n\
+                 Maintainer: Test <test@example.org>\nDescription: test package\n"
+            ),
+        )
+        .unwrap();
+        let deb = dir.join(format!("{package}_{version}_{arch}.deb"));
+        let status = std::process::Command::new("dpkg-deb")
+            .args(["--root-owner-group", "-Zgzip", "--build"])
+            .arg(&tree)
+            .arg(&deb)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        deb
+    }
+
+    #[test]
+    fn a_signed_repository_with_both_components() {
+        let sh = Shell::new().unwrap();
+        let scratch = paths::build_dir().join("test-aptrepo");
+        stage::fresh_dir(&scratch).unwrap();
+        let debs = vec![
+            tiny_deb(&scratch, "libgdrapi", "1.0.0-1", "amd64"),
+            tiny_deb(&scratch, "mtgdrcopy", "1.0.0-1", "all"),
+            tiny_deb(&scratch, "mtgdrcopy", "1.0.0-1+bundle", "amd64"),
+        ];
+        let key = TestKey::generate(&sh, &scratch.join("gnupg"), "repo-test").unwrap();
+        let out = scratch.join("apt");
+        let repo = build(&sh, &debs, &out, "stable", Some(&key.signer())).unwrap();
+        assert_eq!(repo.components, ["main", "bundle"]);
+        assert_eq!(repo.architectures, ["amd64"]);
+
+        let main = fs::read_to_string(out.join("dists/stable/main/binary-amd64/Packages")).unwrap();
+        assert!(
+            main.contains("Filename: pool/main/libgdrapi_1.0.0-1_amd64.deb"),
+            "{main}"
+        );
+        assert!(
+            main.contains("Filename: pool/main/mtgdrcopy_1.0.0-1_all.deb"),
+            "{main}"
+        );
+        assert!(!main.contains("+bundle"), "{main}");
+        let bundle =
+            fs::read_to_string(out.join("dists/stable/bundle/binary-amd64/Packages")).unwrap();
+        assert!(bundle.contains("Version: 1.0.0-1+bundle"), "{bundle}");
+        assert_eq!(bundle.matches("Package: ").count(), 1, "{bundle}");
+
+        let release = fs::read_to_string(out.join("dists/stable/Release")).unwrap();
+        for line in [
+            "Suite: stable",
+            "Components: main bundle",
+            "Architectures: amd64",
+            "SHA256:",
+        ] {
+            assert!(release.contains(line), "Release lacks {line}:\n{release}");
+        }
+        assert!(
+            release.contains("main/binary-amd64/Packages.gz"),
+            "{release}"
+        );
+
+        // gpgv with only the exported keyring accepts both signatures...
+        let keyring = repo.keyring.clone().unwrap();
+        let dists = out.join("dists/stable");
+        let gpgv = |args: &[&Path]| {
+            std::process::Command::new("gpgv")
+                .arg("--keyring")
+                .arg(&keyring)
+                .args(args)
+                .output()
+                .unwrap()
+                .status
+                .success()
+        };
+        assert!(gpgv(&[&dists.join("InRelease")]));
+        assert!(gpgv(&[&dists.join("Release.gpg"), &dists.join("Release")]));
+        // ...and refuses a Release changed after signing.
+        fs::write(dists.join("Release"), format!("{release}Tampered: yes\n")).unwrap();
+        assert!(!gpgv(&[&dists.join("Release.gpg"), &dists.join("Release")]));
+
+        // Another key's keyring does not verify it.
+        let other = TestKey::generate(&sh, &scratch.join("gnupg-other"), "other").unwrap();
+        let other_ring = scratch.join("other.gpg");
+        fs::write(&other_ring, other.public_key(&sh).unwrap()).unwrap();
+        let status = std::process::Command::new("gpgv")
+            .arg("--keyring")
+            .arg(&other_ring)
+            .arg(dists.join("InRelease"))
+            .output()
+            .unwrap()
+            .status;
+        assert!(!status.success());
     }
 }
