@@ -170,6 +170,9 @@ pub fn cli(args: Args) -> Result<()> {
     let out = args.out.unwrap_or_else(|| paths::build_dir().join("apt"));
     let repo = build(&sh, &debs, &out, &args.suite, signer.as_ref())?;
     println!("{}", repo.dir.display());
+    if repo.keyring.is_none() {
+        eprintln!("Unsigned (no --sign-key or --gpg-homedir): for local trials only.");
+    }
     eprintln!("A host installs from it with this sources entry (and `apt-get install mtgdrcopy`):");
     eprintln!(
         "{}",

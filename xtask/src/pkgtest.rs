@@ -320,6 +320,9 @@ fn install_from_repo(sh: &Shell, host: &Root, debs: &[Built]) -> Result<String> 
     let had_keyrings = host.exists(sh, KEYRINGS)?;
     let into = host.new_file(REPO);
     fs::create_dir_all(&into)?;
+    // Made in the upper directory, /tmp takes that directory's mode: keep it /tmp's, since
+    // apt's unprivileged user writes its temporary files there while checking signatures.
+    crate::stage::set_mode(&host.new_file("/tmp"), 0o1777)?;
     let from = repo.dir.join(".");
     cmd!(sh, "cp -a {from} {into}").quiet().run()?;
     let keyrings = host.new_file(KEYRINGS);
@@ -340,6 +343,10 @@ fn install_from_repo(sh: &Shell, host: &Root, debs: &[Built]) -> Result<String> 
     ];
     let uri = format!("file:{REPO}");
     let list = host.new_file(LIST);
+    // The upper directory has only what the test wrote: make the entry's directory there.
+    if let Some(dir) = list.parent() {
+        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
     fs::write(
         &list,
         format!(
