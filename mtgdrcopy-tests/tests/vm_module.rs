@@ -624,10 +624,10 @@ fn process_exit_without_unpin_leaves_no_pins() {
     );
 }
 
-/// Cycles per thread of the concurrency tests: MTGDRCOPY_STRESS_CYCLES, default 10,000 (the
-/// issue's figure). Under TCG 8 × 10,000 took 113 s on one gdr_t and 226 s with a gdr_t per
-/// thread (2 vCPUs on a shared 2-core host), so `cargo xtask test` runs 2,000 (about 45 s);
-/// `cargo xtask vm --run '/opt/mtgdrcopy/vm_module --test-threads=1 eight_threads'` runs 10,000.
+/// Cycles per thread of the concurrency tests: MTGDRCOPY_STRESS_CYCLES, default 10,000, which
+/// `cargo xtask test` runs. Under TCG (2 vCPUs) 8 × 2,000 cycles on one gdr_t plus 8 × 2,000 with
+/// a gdr_t per thread took 11 s on an idle host, so 10,000 take about a minute; on a loaded
+/// host up to four times that.
 fn stress_cycles() -> u64 {
     std::env::var("MTGDRCOPY_STRESS_CYCLES")
         .ok()

@@ -29,6 +29,10 @@ pub struct Args {
     what: Vec<Component>,
     #[command(flatten)]
     kernel: KernelArgs,
+    /// Rust target triple of the library and tools: the machine's own (default) or
+    /// aarch64-unknown-linux-gnu, cross-built with Debian's toolchain in a cached chroot.
+    #[arg(long, value_name = "TRIPLE")]
+    target: Option<String>,
 }
 
 /// The kernel the driver is built for.
@@ -72,6 +76,19 @@ pub fn cli(args: Args) -> Result<()> {
     sh.change_dir(paths::root());
     let all = args.what.contains(&Component::All);
     let wants = |c: Component| all || args.what.contains(&c);
+    if let Some(target) = crate::cross::parse(args.target.as_deref())? {
+        ensure!(
+            !args.what.contains(&Component::Driver),
+            "the driver is built by DKMS on the target machine (mtgdrdrv-dkms); \
+             --target builds only the library and the tools"
+        );
+        crate::cross::build(&sh, target, wants(Component::Lib), wants(Component::Exes))?;
+        let release = crate::cross::release_dir(target);
+        if wants(Component::Lib) {
+            println!("{}", release.join("libgdrapi.so").display());
+        }
+        return Ok(());
+    }
     if wants(Component::Lib) {
         lib(&sh)?;
         println!(

@@ -1,14 +1,15 @@
 //! Debian chroots of other suites, for building against their kernels with their compilers.
 //!
 //! A kernel's headers want the gcc its kernel was built with, and only that suite ships it: the
-//! kernel matrix builds inside a `debootstrap --variant=minbase` chroot of each suite. Chroots
-//! live in `cache_dir()/chroots/<suite>/`, created once (in a staging directory renamed into
-//! place when complete, with a stamp naming the recipe) and then reused offline. The apt sources
-//! are the machine's own (`/etc/apt/sources.list{,.d}`) with the suite renamed: no mirror is
-//! named in the project.
+//! kernel matrix builds inside a `debootstrap --variant=minbase` chroot of each suite (and the
+//! arm64 cross toolchain in one of its own, cross.rs). Chroots live in
+//! `cache_dir()/chroots/<name>/` (the suite's name unless given another), created once (in a
+//! staging directory renamed into place when complete, with a stamp naming the recipe) and then
+//! reused offline. The apt sources are the machine's own (`/etc/apt/sources.list{,.d}`) with the
+//! suite renamed: no mirror is named in the project.
 //!
 //! One process at a time uses a chroot: [`Chroot`] holds an exclusive lock on
-//! `chroots/<suite>.lock`, since its build directory and DKMS registrations are shared state.
+//! `chroots/<name>.lock`, since its build directory and DKMS registrations are shared state.
 
 use std::fs::{self, File};
 use std::io::Write;
@@ -78,6 +79,39 @@ pub fn command<'a>(sh: &'a Shell, root: &Path, cwd: Option<&Path>, program: &str
     )
 }
 
+/// [`command`] with host directories bind-mounted into the chroot first: each `(host, inside)`
+/// pair is mounted in the command's own mount namespace (private propagation, unshare's
+/// default), so the mounts end with the command and never show on the host or in the cached
+/// chroot. `env` is added to the fixed environment.
+pub fn command_with_binds<'a>(
+    sh: &'a Shell,
+    root: &Path,
+    binds: &[(PathBuf, PathBuf)],
+    env: &[String],
+    cwd: Option<&Path>,
+    program: &str,
+) -> Cmd<'a> {
+    let proc = format!("--mount-proc={}", root.join("proc").display());
+    // The paths travel as arguments, never pasted into the script: no quoting to get wrong.
+    const MOUNT: &str = "while [ \"$1\" != -- ]; do \
+                         mkdir -p \"$2\" && mount --bind \"$1\" \"$2\" || exit 1; shift 2; \
+                         done; shift; exec \"$@\"";
+    let mut args: Vec<std::ffi::OsString> = Vec::new();
+    for (host, inside) in binds {
+        args.push(host.into());
+        args.push(host_path(root, inside).into());
+    }
+    args.push("--".into());
+    let chdir: Vec<&std::ffi::OsStr> = match cwd {
+        Some(dir) => vec!["-C".as_ref(), dir.as_os_str()],
+        None => Vec::new(),
+    };
+    cmd!(
+        sh,
+        "unshare {proc} /bin/sh -c {MOUNT} sh {args...} chroot {root} /usr/bin/env -i {chdir...} {CHROOT_ENV...} {env...} {program}"
+    )
+}
+
 /// The host path of `inside`, an absolute path in the chroot at `root`.
 pub fn host_path(root: &Path, inside: &Path) -> PathBuf {
     root.join(inside.strip_prefix("/").unwrap_or(inside))
@@ -95,17 +129,31 @@ pub fn prepare(
     log: &Path,
     setup: impl FnOnce(&Shell, &Path, &Path) -> Result<String>,
 ) -> Result<Chroot> {
+    prepare_named(sh, suite, suite, recipe, refresh, log, setup)
+}
+
+/// [`prepare`] for a chroot of `suite` kept under its own `name` (and lock), for a purpose of
+/// its own: e.g. the cross toolchain's sid chroot next to the kernel matrix's.
+pub fn prepare_named(
+    sh: &Shell,
+    name: &str,
+    suite: &str,
+    recipe: &str,
+    refresh: bool,
+    log: &Path,
+    setup: impl FnOnce(&Shell, &Path, &Path) -> Result<String>,
+) -> Result<Chroot> {
     let dir = paths::cache_dir().join("chroots");
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let lock_path = dir.join(format!("{suite}.lock"));
+    let lock_path = dir.join(format!("{name}.lock"));
     let lock =
         File::create(&lock_path).with_context(|| format!("creating {}", lock_path.display()))?;
     if lock.try_lock().is_err() {
-        eprintln!("xtask: waiting for another xtask using the {suite} chroot");
+        eprintln!("xtask: waiting for another xtask using the {name} chroot");
         lock.lock()
             .with_context(|| format!("locking {}", lock_path.display()))?;
     }
-    let root = dir.join(suite);
+    let root = dir.join(name);
     if !refresh {
         if let Some(info) = stamp_info(&root, recipe) {
             return Ok(Chroot {
@@ -117,11 +165,11 @@ pub fn prepare(
     }
 
     eprintln!(
-        "xtask: creating the {suite} chroot (once; cached in {}, log {})",
+        "xtask: creating the {name} chroot (once; cached in {}, log {})",
         root.display(),
         log.display()
     );
-    let staging = dir.join(format!(".{suite}.tmp-{}", std::process::id()));
+    let staging = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     remove_tree(&staging)?;
     let made = make(sh, suite, &staging, log, setup).and_then(|info| {
         let mut stamp = String::from(recipe);

@@ -56,10 +56,19 @@ impl Built {
     }
 }
 
-pub fn cli(which: Which) -> Result<()> {
+/// Options of the `deb-*` commands.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Rust target triple of the architecture-dependent packages: the machine's own (default)
+    /// or aarch64-unknown-linux-gnu (arm64, cross-built with Debian's toolchain in a chroot).
+    #[arg(long, value_name = "TRIPLE")]
+    pub target: Option<String>,
+}
+
+pub fn cli(which: Which, args: Args) -> Result<()> {
     let sh = Shell::new()?;
     sh.change_dir(paths::root());
-    let ws = Workspace::load(&sh)?;
+    let ws = Workspace::load(&sh)?.for_target(crate::cross::parse(args.target.as_deref())?);
     let packages: Vec<Package> = match which {
         Which::One(p) => vec![p],
         Which::All => Package::SPLIT.to_vec(),
@@ -86,7 +95,7 @@ pub fn build(sh: &Shell, ws: &Workspace, package: Package) -> Result<Built> {
     let tree = stage::stage(sh, ws, package)?;
     let krate = ws.krate(package.crate_name())?;
     let version = krate.debian_version(package.variant());
-    let arch = stage::host_arch()?;
+    let arch = stage::package_arch(ws)?;
     let architecture = if package.arch_all() {
         "all"
     } else {
@@ -97,8 +106,9 @@ pub fn build(sh: &Shell, ws: &Workspace, package: Package) -> Result<Built> {
         package.deb_name()
     ));
     // An old build of the same package (any version) would only confuse `ls build/*.deb`.
-    remove_old_debs(package, &deb)?;
-    run_cargo_deb(package, &krate.manifest_path, &deb)
+    remove_old_debs(package, architecture, &deb)?;
+    let triple = ws.target.map(|t| t.triple);
+    run_cargo_deb(package, &krate.manifest_path, triple, &deb)
         .with_context(|| format!("cargo-deb failed for {}", package.deb_name()))?;
 
     let substvars = substvars(sh, ws, package, &tree)?;
@@ -149,7 +159,9 @@ pub fn build(sh: &Shell, ws: &Workspace, package: Package) -> Result<Built> {
     })
 }
 
-fn remove_old_debs(package: Package, keep: &Path) -> Result<()> {
+/// Removes other builds of `package` for `architecture` (those of another architecture stay:
+/// amd64 and arm64 packages are built side by side).
+fn remove_old_debs(package: Package, architecture: &str, keep: &Path) -> Result<()> {
     let dir = paths::build_dir();
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let prefix = format!("{}_", package.deb_name());
@@ -162,7 +174,7 @@ fn remove_old_debs(package: Package, keep: &Path) -> Result<()> {
         // The bundle and the metapackage share a name; their versions tell them apart.
         let is_bundle = name.contains("+bundle_");
         if name.starts_with(&prefix)
-            && name.ends_with(".deb")
+            && name.ends_with(&format!("_{architecture}.deb"))
             && is_bundle == bundle
             && path != keep
         {
@@ -189,13 +201,20 @@ impl cargo_deb::listener::Listener for Listener {
     fn generated_archive(&self, _: &Path) {}
 }
 
-fn run_cargo_deb(package: Package, manifest: &Path, deb: &Path) -> Result<()> {
+fn run_cargo_deb(
+    package: Package,
+    manifest: &Path,
+    triple: Option<&str>,
+    deb: &Path,
+) -> Result<()> {
     let listener = Listener {
         warnings: Mutex::new(Vec::new()),
     };
     let options = BuildOptions {
         manifest_path: Some(manifest),
         selected_package_name: Some(package.crate_name()),
+        // The architecture cargo-deb writes (arm64 for aarch64); none: the machine's.
+        rust_target_triples: triple.into_iter().collect(),
         config_variant: package.variant(),
         multiarch: if package == Package::Lib {
             Multiarch::Same
@@ -251,14 +270,14 @@ fn substvars(
     let shlibs = if elves.is_empty() {
         String::new()
     } else {
-        shlibdeps(sh, package, &elves)?
+        shlibdeps(sh, ws, package, &elves)?
     };
     vars.insert("shlibs:Depends".into(), shlibs);
     Ok(vars)
 }
 
 /// Executables and shared libraries (not archives, not kernel objects) in `tree`.
-fn elf_files(tree: &Path) -> Result<Vec<PathBuf>> {
+pub fn elf_files(tree: &Path) -> Result<Vec<PathBuf>> {
     let mut found = Vec::new();
     let mut dirs = vec![tree.to_path_buf()];
     while let Some(dir) = dirs.pop() {
@@ -292,7 +311,9 @@ fn is_loadable_elf(path: &Path) -> Result<bool> {
 }
 
 /// The `shlibs:Depends` value dpkg-shlibdeps computes for `files`.
-fn shlibdeps(sh: &Shell, package: Package, files: &[PathBuf]) -> Result<String> {
+/// For a cross target it runs in the toolchain chroot, whose dpkg database has that
+/// architecture's libc (the host's has only its own).
+fn shlibdeps(sh: &Shell, ws: &Workspace, package: Package, files: &[PathBuf]) -> Result<String> {
     // dpkg-shlibdeps wants to run in a source tree: it reads debian/control.
     let dir = paths::build_dir().join("pkg/.shlibdeps");
     stage::put_text(
@@ -304,13 +325,16 @@ fn shlibdeps(sh: &Shell, package: Package, files: &[PathBuf]) -> Result<String> 
         0o644,
     )?;
     let _cwd = sh.push_dir(&dir);
-    let out = cmd!(sh, "dpkg-shlibdeps -O {files...}")
-        .quiet()
-        .ignore_status()
-        .output()
-        .context(
-            "running dpkg-shlibdeps: install dpkg-dev, which computes the library dependencies",
-        )?;
+    let command = match ws.target {
+        Some(target) => crate::cross::toolchain(sh)?
+            .cmd_in(sh, target, &[], &dir, "dpkg-shlibdeps")
+            .arg("-O")
+            .args(files),
+        None => cmd!(sh, "dpkg-shlibdeps -O {files...}"),
+    };
+    let out = command.quiet().ignore_status().output().context(
+        "running dpkg-shlibdeps: install dpkg-dev, which computes the library dependencies",
+    )?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         bail!(

@@ -7,12 +7,14 @@ mod build;
 mod chroot;
 mod codegen;
 mod copycount;
+mod cross;
 mod deb;
 mod fuzz;
 mod hostbench;
 mod install;
 mod kernel;
 mod matrix;
+mod msrv;
 mod paths;
 mod pkgtest;
 mod release;
@@ -59,6 +61,8 @@ enum Command {
     /// Build the modules and the DKMS package for Debian's 5.10, 6.1, 6.12 and 7.x kernels in
     /// chroots of their suites, and run the VM tests on 6.1 and 7.x.
     KmodMatrix(matrix::Args),
+    /// Only the arm64 steps of `test`: tests under qemu-user, header test, packages, lintian.
+    CrossTest,
     /// Build the driver (for one kernel), the library and/or the tools.
     Build(build::Args),
     /// Remove build/ and cargo's target directory.
@@ -74,19 +78,19 @@ enum Command {
     /// Stage the mtgdrcopy metapackage's tree in build/pkg/mtgdrcopy.
     BuildMeta,
     /// Build the mtgdrdrv-dkms .deb into build/.
-    DebKmod,
+    DebKmod(deb::Args),
     /// Build the libgdrapi .deb into build/.
-    DebLib,
+    DebLib(deb::Args),
     /// Build the mtgdrcopy-tests .deb into build/.
-    DebTests,
+    DebTests(deb::Args),
     /// Build the mtgdrcopy metapackage .deb into build/.
-    DebMeta,
+    DebMeta(deb::Args),
     /// Build the four .debs of a release into build/.
-    DebAll,
+    DebAll(deb::Args),
     /// Build the single package `mtgdrcopy` holding everything into build/.
-    DebBundle,
+    DebBundle(deb::Args),
     /// Same as deb-bundle (the old single-package name).
-    Deb,
+    Deb(deb::Args),
     /// Only the packaging steps of `test`: build the .debs, lintian, install test.
     TestPackages(pkgtest::Args),
     /// Check that this tree is releasable: versions, changelogs, headers, lintian, tests.
@@ -105,6 +109,7 @@ fn main() -> Result<()> {
         Command::Bench(args) => bench::run(args),
         Command::CopyCounts => copycount::run(),
         Command::KmodMatrix(args) => matrix::cli(args),
+        Command::CrossTest => cross::cli(),
         Command::Build(args) => build::cli(args),
         Command::Clean => build::clean(),
         Command::Install(args) => install::cli(args),
@@ -112,12 +117,14 @@ fn main() -> Result<()> {
         Command::BuildLib => stage::cli(Package::Lib),
         Command::BuildTests => stage::cli(Package::Tests),
         Command::BuildMeta => stage::cli(Package::Meta),
-        Command::DebKmod => deb::cli(Which::One(Package::Kmod)),
-        Command::DebLib => deb::cli(Which::One(Package::Lib)),
-        Command::DebTests => deb::cli(Which::One(Package::Tests)),
-        Command::DebMeta => deb::cli(Which::One(Package::Meta)),
-        Command::DebAll => deb::cli(Which::All),
-        Command::DebBundle | Command::Deb => deb::cli(Which::One(Package::Bundle)),
+        Command::DebKmod(args) => deb::cli(Which::One(Package::Kmod), args),
+        Command::DebLib(args) => deb::cli(Which::One(Package::Lib), args),
+        Command::DebTests(args) => deb::cli(Which::One(Package::Tests), args),
+        Command::DebMeta(args) => deb::cli(Which::One(Package::Meta), args),
+        Command::DebAll(args) => deb::cli(Which::All, args),
+        Command::DebBundle(args) | Command::Deb(args) => {
+            deb::cli(Which::One(Package::Bundle), args)
+        }
         Command::TestPackages(args) => pkgtest::cli(args),
         Command::ReleaseCheck(args) => release::cli(args),
         Command::AptRepo(args) => aptrepo::cli(args),

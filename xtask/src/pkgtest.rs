@@ -780,17 +780,7 @@ fn run_vm(sh: &Shell, kernel: &Kernel, host: &Root, container: &Root) -> Result<
         .join(format!("vm-{release}.log"));
     let outcome = vm::run(&spec, &log)?;
     let console = outcome.console.replace('\r', "");
-    let marks: Vec<(&str, f64)> = console
-        .lines()
-        .filter_map(|l| {
-            let rest = &l[l.find("MTGDRCOPY-STEP ")? + "MTGDRCOPY-STEP ".len()..];
-            let mut f = rest.split_whitespace();
-            Some((f.next()?, f.next()?.parse().ok()?))
-        })
-        .collect();
-    for pair in marks.windows(2) {
-        eprintln!("      guest {}: {:.1} s", pair[0].0, pair[1].1 - pair[0].1);
-    }
+    vmtest::print_guest_steps(&console);
     if let Some(node) = console
         .lines()
         .find_map(|l| l.strip_prefix("MTGDRCOPY-NODE "))
@@ -805,11 +795,10 @@ fn run_vm(sh: &Shell, kernel: &Kernel, host: &Root, container: &Root) -> Result<
         log.display()
     );
     if outcome.exit_code != Some(0) {
-        let lines: Vec<&str> = console.lines().collect();
         bail!(
             "the VM part failed (exit {:?}):\n{}\nfull log: {}",
             outcome.exit_code,
-            lines[lines.len().saturating_sub(50)..].join("\n"),
+            vmtest::tail(&console, 50),
             log.display()
         );
     }

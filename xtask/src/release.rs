@@ -183,6 +183,7 @@ pub fn cli(args: Args) -> Result<()> {
                 test::run(test::Args {
                     no_vm: quick,
                     no_matrix: quick,
+                    no_cross: quick,
                 })
             }
             Tests::None => {

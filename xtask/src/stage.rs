@@ -129,6 +129,34 @@ pub fn host_arch() -> Result<Arch> {
     }
 }
 
+/// The architecture the packages of `ws` are built for: its cross target, else the machine's.
+pub fn package_arch(ws: &Workspace) -> Result<Arch> {
+    match ws.target {
+        Some(t) => Ok(Arch {
+            debian: t.debian,
+            multiarch: t.multiarch,
+        }),
+        None => host_arch(),
+    }
+}
+
+/// The library and the tools, release, for the packages' architecture.
+fn packaged(sh: &Shell, ws: &Workspace) -> Result<()> {
+    match ws.target {
+        Some(target) => crate::cross::packaged(sh, target),
+        None => build::packaged(sh),
+    }
+}
+
+/// `strip` for the packages' architecture: the cross binutils (in the toolchain chroot, on the
+/// same paths) when cross-building.
+fn strip<'a>(sh: &'a Shell, ws: &Workspace) -> Result<xshell::Cmd<'a>> {
+    match ws.target {
+        Some(target) => crate::cross::binutil(sh, target, "strip"),
+        None => Ok(cmd!(sh, "strip")),
+    }
+}
+
 /// `cargo xtask build-<package>`.
 pub fn cli(package: Package) -> Result<()> {
     let sh = Shell::new()?;
@@ -276,8 +304,8 @@ fn stage_lib(sh: &Shell, ws: &Workspace, tree: &Path) -> Result<()> {
     let (major, _) = krate.major_minor()?;
     let library = (gdrapi::GDR_API_MAJOR_VERSION, gdrapi::GDR_API_MINOR_VERSION);
     versions::library_agrees(&krate.version, library).map_err(anyhow::Error::msg)?;
-    build::packaged(sh)?;
-    let arch = host_arch()?;
+    packaged(sh, ws)?;
+    let arch = package_arch(ws)?;
     let libdir_rel = format!("usr/lib/{}", arch.multiarch);
     let libdir = tree.join(&libdir_rel);
     let names = LibNames::new(&krate.version, major);
@@ -328,25 +356,34 @@ pub fn install_lib(sh: &Shell, ws: &Workspace, libdir: &Path, names: &LibNames) 
     let release = ws.release_dir();
     let real = libdir.join(&names.real);
     let built = release.join("libgdrapi.so");
-    cmd!(
-        sh,
-        "strip --remove-section=.comment --remove-section=.note --strip-unneeded -o {real} {built}"
-    )
-    .quiet()
-    .run()
-    .context("stripping libgdrapi.so (binutils)")?;
+    strip(sh, ws)?
+        .args([
+            "--remove-section=.comment",
+            "--remove-section=.note",
+            "--strip-unneeded",
+        ])
+        .arg("-o")
+        .args([&real, &built])
+        .quiet()
+        .run()
+        .context("stripping libgdrapi.so (binutils)")?;
     set_mode(&real, 0o644)?;
     put_symlink(&names.real, &libdir.join(&names.soname))?;
     put_symlink(&names.soname, &libdir.join(&names.link))?;
     let archive = libdir.join("libgdrapi.a");
     let built = release.join("libgdrapi.a");
-    cmd!(
-        sh,
-        "strip --strip-debug --remove-section=.comment --remove-section=.note --enable-deterministic-archives -o {archive} {built}"
-    )
-    .quiet()
-    .run()
-    .context("stripping libgdrapi.a (binutils)")?;
+    strip(sh, ws)?
+        .args([
+            "--strip-debug",
+            "--remove-section=.comment",
+            "--remove-section=.note",
+            "--enable-deterministic-archives",
+            "-o",
+        ])
+        .args([&archive, &built])
+        .quiet()
+        .run()
+        .context("stripping libgdrapi.a (binutils)")?;
     set_mode(&archive, 0o644)
 }
 
@@ -407,7 +444,7 @@ fn symbols_file(sh: &Shell, so: &Path) -> Result<String> {
 
 fn stage_tests(sh: &Shell, ws: &Workspace, tree: &Path) -> Result<()> {
     let krate = ws.krate(Package::Tests.crate_name())?;
-    build::packaged(sh)?;
+    packaged(sh, ws)?;
     let bin = tree.join("usr/bin");
     install_exes(sh, ws, &krate.bins, &bin)?;
     ensure!(
@@ -416,7 +453,13 @@ fn stage_tests(sh: &Shell, ws: &Workspace, tree: &Path) -> Result<()> {
     );
     for name in &krate.bins {
         let exe = bin.join(name);
-        let help = cmd!(sh, "{exe} --help")
+        let help = match ws.target {
+            Some(target) => crate::cross::toolchain(sh)?
+                .run_program(sh, target, &[], &exe)
+                .arg("--help"),
+            None => cmd!(sh, "{exe} --help"),
+        };
+        let help = help
             .quiet()
             .read()
             .with_context(|| format!("running {name} --help for its manual page"))?;
@@ -435,13 +478,12 @@ pub fn install_exes(sh: &Shell, ws: &Workspace, bins: &[String], bindir: &Path) 
     for name in bins {
         let built = ws.release_dir().join(name);
         let to = bindir.join(name);
-        cmd!(
-            sh,
-            "strip --remove-section=.comment --remove-section=.note -o {to} {built}"
-        )
-        .quiet()
-        .run()
-        .with_context(|| format!("stripping {name} (binutils)"))?;
+        strip(sh, ws)?
+            .args(["--remove-section=.comment", "--remove-section=.note", "-o"])
+            .args([&to, &built])
+            .quiet()
+            .run()
+            .with_context(|| format!("stripping {name} (binutils)"))?;
         set_mode(&to, 0o755)?;
     }
     Ok(())

@@ -17,6 +17,9 @@ pub struct Args {
     /// Skip the kernel matrix (`cargo xtask kmod-matrix`: chroots of four Debian suites).
     #[arg(long)]
     pub no_matrix: bool,
+    /// Skip the arm64 cross build and its tests under qemu-user (cross.rs).
+    #[arg(long)]
+    pub no_cross: bool,
 }
 
 pub type Step<'a> = (&'static str, Box<dyn Fn(&Shell) -> Result<()> + 'a>);
@@ -39,6 +42,10 @@ pub fn run(args: Args) -> Result<()> {
             Box::new(crate::workflows::test_step),
         ),
         ("clippy -D warnings", Box::new(clippy)),
+        (
+            "rust-version: no dependency needs a newer Rust",
+            Box::new(crate::msrv::check),
+        ),
         ("unit and integration tests", Box::new(unit_tests)),
         ("libgdrapi.so exports and soname", Box::new(shared_library)),
         ("gdrapi.h C and C++ compile test", Box::new(header_test)),
@@ -51,6 +58,9 @@ pub fn run(args: Args) -> Result<()> {
             Box::new(|_: &Shell| crate::copycount::run()),
         ),
     ];
+    if !args.no_cross {
+        steps.extend(crate::cross::test_steps());
+    }
     if !args.no_vm {
         steps.extend(crate::vmtest::test_steps());
         steps.extend(crate::bench::quick_steps());
@@ -109,8 +119,16 @@ fn unit_tests(sh: &Shell) -> Result<()> {
 /// (`libgdrapi.so.1.0.0`), the soname link and the development link; returns that directory.
 pub fn build_library(sh: &Shell) -> Result<PathBuf> {
     cmd!(sh, "cargo build --quiet --release -p libgdrapi").run()?;
-    let target = paths::root().join("target/release");
-    let lib = paths::build_dir().join("lib");
+    link_library(
+        &paths::root().join("target/release"),
+        &paths::build_dir().join("lib"),
+    )
+}
+
+/// Stages the library built in `target` (a release directory) in `lib` with its real name, the
+/// soname link and the development link; returns `lib`.
+pub fn link_library(target: &Path, lib: &Path) -> Result<PathBuf> {
+    let lib = lib.to_path_buf();
     std::fs::create_dir_all(&lib)?;
     let version = gdrapi_version();
     let real = format!("libgdrapi.so.{version}");
@@ -186,40 +204,61 @@ fn shared_library(sh: &Shell) -> Result<()> {
     Ok(())
 }
 
+/// The header tests: (C or C++, its standard, source file in libgdrapi/tests/c).
+pub const HEADER_TESTS: [(HeaderLang, &str, &str); 2] = [
+    (HeaderLang::C, "-std=c11", "header_test.c"),
+    (HeaderLang::Cxx, "-std=c++11", "header_test.cpp"),
+];
+
+#[derive(Clone, Copy, Debug)]
+pub enum HeaderLang {
+    C,
+    Cxx,
+}
+
+/// The header tests' compiler flags: warnings are errors.
+pub const HEADER_FLAGS: [&str; 4] = ["-Wall", "-Wextra", "-Werror", "-pedantic"];
+
 fn header_test(sh: &Shell) -> Result<()> {
     let lib_dir = build_library(sh)?;
     let src = paths::root().join("libgdrapi/tests/c");
     let include = paths::root().join("libgdrapi/include");
     let out = paths::build_dir().join("header-test");
     std::fs::create_dir_all(&out)?;
-    let flags = ["-Wall", "-Wextra", "-Werror", "-pedantic"];
-    for (compiler, std, file) in [
-        ("cc", "-std=c11", "header_test.c"),
-        ("c++", "-std=c++11", "header_test.cpp"),
-    ] {
+    let flags = HEADER_FLAGS;
+    for (lang, std, file) in HEADER_TESTS {
+        let compiler = match lang {
+            HeaderLang::C => "cc",
+            HeaderLang::Cxx => "c++",
+        };
         let exe = out.join(file.replace('.', "_"));
         let source = src.join(file);
         cmd!(sh, "{compiler} {std} {flags...} -I{include} {source} -L{lib_dir} -lgdrapi -Wl,-rpath,{lib_dir} -o {exe}")
             .run()
             .with_context(|| format!("compiling {file}"))?;
-        run_header_test(sh, &exe)?;
+        let device = Path::new(gdrapi::DEVICE_PATH).exists();
+        check_header_test(device, |env| {
+            std::process::Command::new(&exe)
+                .env_remove("GDRCOPY_ENABLE_LOGGING")
+                .env_remove("GDRCOPY_LOG_LEVEL")
+                .envs(env.iter().copied())
+                .output()
+                .with_context(|| format!("running {}", exe.display()))
+        })?;
     }
     Ok(())
 }
 
-/// Runs the header test on this host, where the module is absent, and checks what gdr_open's
-/// failure logs: nothing by default, one line saying how to load the module with logging on,
-/// nothing when the level filters errors out.
-fn run_header_test(_sh: &Shell, exe: &Path) -> Result<()> {
+/// Runs a header test program through `run` (given the environment variables to set; none of
+/// the logging variables is set otherwise) and checks what gdr_open's failure logs where the
+/// module is absent (`device` false): nothing by default, one line saying how to load the
+/// module with logging on, nothing when the level filters errors out.
+pub fn check_header_test(
+    device: bool,
+    run: impl Fn(&[(&str, &str)]) -> Result<std::process::Output>,
+) -> Result<()> {
     let run = |env: &[(&str, &str)]| -> Result<(String, String)> {
-        let mut command = std::process::Command::new(exe);
-        command
-            .env_remove("GDRCOPY_ENABLE_LOGGING")
-            .env_remove("GDRCOPY_LOG_LEVEL");
-        command.envs(env.iter().copied());
-        let out = command
-            .output()
-            .with_context(|| format!("running {}", exe.display()))?;
+        let out = run(env)?;
         let (stdout, stderr) = (
             String::from_utf8_lossy(&out.stdout).into_owned(),
             String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -230,7 +269,7 @@ fn run_header_test(_sh: &Shell, exe: &Path) -> Result<()> {
         );
         Ok((stdout, stderr))
     };
-    if Path::new(gdrapi::DEVICE_PATH).exists() {
+    if device {
         return run(&[]).map(drop);
     }
     let (_, quiet) = run(&[])?;

@@ -67,6 +67,8 @@ impl Crate {
 pub struct Workspace {
     pub crates: Vec<Crate>,
     pub target_dir: PathBuf,
+    /// The cross target packages are built for; `None`: the machine's own architecture.
+    pub target: Option<&'static crate::cross::Target>,
 }
 
 impl Workspace {
@@ -109,7 +111,11 @@ impl Workspace {
                 metadata: p["metadata"].clone(),
             });
         }
-        Ok(Workspace { crates, target_dir })
+        Ok(Workspace {
+            crates,
+            target_dir,
+            target: None,
+        })
     }
 
     pub fn krate(&self, name: &str) -> Result<&Crate> {
@@ -119,8 +125,16 @@ impl Workspace {
         }
     }
 
-    /// Where `cargo build --release` puts its products.
+    /// The same workspace, packaged for `target` (see [`Workspace::target`]).
+    pub fn for_target(self, target: Option<&'static crate::cross::Target>) -> Workspace {
+        Workspace { target, ..self }
+    }
+
+    /// Where `cargo build --release` puts its products (for the cross target, if any).
     pub fn release_dir(&self) -> PathBuf {
-        self.target_dir.join("release")
+        match self.target {
+            Some(target) => crate::cross::release_dir(target),
+            None => self.target_dir.join("release"),
+        }
     }
 }

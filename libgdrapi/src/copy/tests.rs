@@ -171,3 +171,12 @@ fn small_width_is_naturally_aligned_and_fits() {
         "an aligned 8-byte copy is one store"
     );
 }
+
+/// NEON is part of the arm64 baseline: were its detection to fail (or qemu-user to hide it),
+/// the matrices above would silently test only the generic variant.
+#[cfg(target_arch = "aarch64")]
+#[test]
+fn neon_and_generic_are_both_tested_on_arm64() {
+    let names: Vec<&str> = supported().iter().map(|v| v.name).collect();
+    assert_eq!(names, ["neon", "generic"]);
+}

@@ -1,0 +1,522 @@
+//! Cross builds for arm64 (`aarch64-unknown-linux-gnu`), and their tests under qemu-user.
+//!
+//! rustup here has only the x86-64 standard library and cannot fetch another, so the toolchain
+//! is Debian's: a sid chroot (`cache_dir()/chroots/sid-cross-arm64`, made once by chroot.rs, kept
+//! apart from the kernel matrix's sid chroot) with rustc, cargo, `libstd-rust-dev:arm64`, the
+//! aarch64 cross gcc/g++/binutils, `qemu-user` as cargo's runner, and `libc6:arm64` with
+//! `dpkg-dev` so that dpkg-shlibdeps can resolve the arm64 binaries' libraries.
+//!
+//! Every command runs in that chroot with the workspace bind-mounted at its own path (so paths
+//! are the same inside and out) and the host's crate registry at `/root/.cargo/registry`. The
+//! chroot has no trust store for the crate registry: the host fetches (`cargo fetch --locked`)
+//! and the chroot builds `--offline --locked`. Products go to `<target dir>/cross/<triple>/`,
+//! apart from the host toolchain's, whose fingerprints differ (another rustc).
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use anyhow::{bail, ensure, Context, Result};
+use xshell::{cmd, Cmd, Shell};
+
+use crate::chroot::{self, Chroot};
+use crate::paths;
+
+/// A target other than the machine's, reached through Debian's cross toolchain.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Target {
+    /// Rust's name, `--target`.
+    pub triple: &'static str,
+    /// Debian's architecture name (`Architecture:` of the packages).
+    pub debian: &'static str,
+    /// The multiarch tuple: library directory, and the GNU tools' prefix.
+    pub multiarch: &'static str,
+    /// The qemu-user emulator that runs its programs.
+    pub qemu: &'static str,
+}
+
+pub const AARCH64: Target = Target {
+    triple: "aarch64-unknown-linux-gnu",
+    debian: "arm64",
+    multiarch: "aarch64-linux-gnu",
+    qemu: "qemu-aarch64",
+};
+
+/// The targets `--target` accepts besides the machine's own.
+const TARGETS: &[&Target] = &[&AARCH64];
+
+/// `--target TRIPLE` of `build` and `deb-*`: `None` for the machine's own triple (or none given).
+pub fn parse(triple: Option<&str>) -> Result<Option<&'static Target>> {
+    let Some(triple) = triple else {
+        return Ok(None);
+    };
+    if triple == host_triple() {
+        return Ok(None);
+    }
+    match TARGETS.iter().find(|t| t.triple == triple) {
+        Some(t) => Ok(Some(*t)),
+        None => bail!(
+            "cannot build for {triple}: the cross targets are {} (and the machine's own, {})",
+            TARGETS
+                .iter()
+                .map(|t| t.triple)
+                .collect::<Vec<_>>()
+                .join(", "),
+            host_triple()
+        ),
+    }
+}
+
+fn host_triple() -> &'static str {
+    match std::env::consts::ARCH {
+        "aarch64" => "aarch64-unknown-linux-gnu",
+        _ => "x86_64-unknown-linux-gnu",
+    }
+}
+
+const CHROOT: &str = "sid-cross-arm64";
+
+/// What the chroot holds beyond minbase. Part of the recipe: a change remakes the chroot.
+const PACKAGES: &[&str] = &[
+    "rustc",
+    "cargo",
+    "libstd-rust-dev:arm64",
+    "gcc-aarch64-linux-gnu",
+    "g++-aarch64-linux-gnu",
+    "libc6-dev-arm64-cross",
+    "qemu-user",
+    // dpkg-shlibdeps resolves NEEDED libraries through the dpkg database: the arm64 libc and
+    // libgcc must be installed packages, not only the cross sysroot.
+    "libc6:arm64",
+    "libgcc-s1:arm64",
+    "dpkg-dev",
+];
+
+/// The chroot's recipe: the architecture and the package list.
+fn recipe() -> String {
+    format!("cross v1: arm64; {}", PACKAGES.join(" "))
+}
+
+/// Debian's cross toolchain, in its chroot (locked for this process once made).
+pub struct Toolchain {
+    chroot: Chroot,
+    /// `rustc --version` in the chroot.
+    pub rustc: String,
+}
+
+static TOOLCHAIN: Mutex<Option<&'static Toolchain>> = Mutex::new(None);
+
+/// The toolchain chroot, made on first use (debootstrap and apt: 4 min on a loaded 2-core
+/// machine, 2.3 GB), then cached.
+/// One per process: the chroot's lock is held until the process ends.
+pub fn toolchain(sh: &Shell) -> Result<&'static Toolchain> {
+    let mut slot = TOOLCHAIN
+        .lock()
+        .map_err(|_| anyhow::anyhow!("the toolchain lock is poisoned"))?;
+    if let Some(t) = *slot {
+        return Ok(t);
+    }
+    let log = paths::build_dir().join("logs/cross-chroot.log");
+    let chroot = chroot::prepare_named(sh, CHROOT, "sid", &recipe(), false, &log, setup)?;
+    let rustc = chroot.info.trim().to_owned();
+    let toolchain: &'static Toolchain = Box::leak(Box::new(Toolchain { chroot, rustc }));
+    *slot = Some(toolchain);
+    Ok(toolchain)
+}
+
+/// Adds arm64 to dpkg and installs [`PACKAGES`]; returns rustc's version for the stamp.
+fn setup(sh: &Shell, root: &Path, log: &Path) -> Result<String> {
+    let run = |program: &str, args: &[&str], what: &str| {
+        chroot::run_logged(
+            chroot::command(sh, root, None, program).args(args),
+            log,
+            what,
+        )
+    };
+    run(
+        "dpkg",
+        &["--add-architecture", AARCH64.debian],
+        "dpkg --add-architecture",
+    )?;
+    run("apt-get", &["update"], "apt-get update")?;
+    let mut install = vec!["install", "-y"];
+    install.extend_from_slice(PACKAGES);
+    run("apt-get", &install, "apt-get install (cross toolchain)")?;
+    run("rustc", &["--version"], "rustc --version")
+}
+
+impl Toolchain {
+    /// `program` in the chroot, in the workspace, with the workspace and the crate registry
+    /// mounted and cargo's target settings in the environment, plus `env`.
+    pub fn cmd<'a>(
+        &self,
+        sh: &'a Shell,
+        target: &Target,
+        env: &[String],
+        program: &str,
+    ) -> Cmd<'a> {
+        self.cmd_in(sh, target, env, &paths::root(), program)
+    }
+
+    /// [`Toolchain::cmd`] in `cwd` (a path under the workspace).
+    pub fn cmd_in<'a>(
+        &self,
+        sh: &'a Shell,
+        target: &Target,
+        env: &[String],
+        cwd: &Path,
+        program: &str,
+    ) -> Cmd<'a> {
+        let root = paths::root();
+        let mut binds = vec![(root.clone(), root.clone())];
+        let target_dir = target_dir();
+        if !target_dir.starts_with(&root) {
+            binds.push((target_dir.clone(), target_dir.clone()));
+        }
+        binds.push((
+            cargo_home().join("registry"),
+            PathBuf::from("/root/.cargo/registry"),
+        ));
+        let upper = target.triple.to_uppercase().replace('-', "_");
+        let mut vars = vec![
+            format!("CARGO_TARGET_DIR={}", target_dir.display()),
+            "CARGO_HOME=/root/.cargo".to_owned(),
+            "CARGO_NET_OFFLINE=true".to_owned(),
+            format!("CARGO_TARGET_{upper}_LINKER={}-gcc", target.multiarch),
+            format!("CARGO_TARGET_{upper}_RUNNER={}", runner(target)),
+        ];
+        vars.extend_from_slice(env);
+        // Quiet: the full unshare/mount/chroot line would bury what runs; callers say it.
+        chroot::command_with_binds(sh, &self.chroot.root, &binds, &vars, Some(cwd), program).quiet()
+    }
+
+    /// `cargo SUBCOMMAND --target TRIPLE --locked --offline …` in the chroot.
+    pub fn cargo<'a>(&self, sh: &'a Shell, target: &Target, subcommand: &str) -> Cmd<'a> {
+        let triple = target.triple;
+        self.cmd(sh, target, &[], "cargo").args([
+            subcommand,
+            "--target",
+            triple,
+            "--locked",
+            "--offline",
+        ])
+    }
+
+    /// `exe args…` under qemu-user in the chroot, with `env` in its environment.
+    pub fn run_program<'a>(
+        &self,
+        sh: &'a Shell,
+        target: &Target,
+        env: &[String],
+        exe: &Path,
+    ) -> Cmd<'a> {
+        let sysroot = format!("/usr/{}", target.multiarch);
+        self.cmd(sh, target, env, target.qemu)
+            .args(["-L", &sysroot])
+            .arg(exe)
+    }
+}
+
+/// cargo's runner for `target`: the emulator, with the cross sysroot's dynamic loader.
+fn runner(target: &Target) -> String {
+    format!("{} -L /usr/{}", target.qemu, target.multiarch)
+}
+
+fn cargo_home() -> PathBuf {
+    if let Some(home) = std::env::var_os("CARGO_HOME") {
+        return PathBuf::from(home);
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "/root".into());
+    home.join(".cargo")
+}
+
+/// The cross toolchain's target directory (next to the host's, never shared with it).
+pub fn target_dir() -> PathBuf {
+    let host = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| paths::root().join("target"));
+    let host = if host.is_absolute() {
+        host
+    } else {
+        paths::root().join(host)
+    };
+    host.join("cross")
+}
+
+/// Where the release build for `target` lands.
+pub fn release_dir(target: &Target) -> PathBuf {
+    target_dir().join(target.triple).join("release")
+}
+
+/// Downloads the crates the lock file names, with the host's cargo (the chroot cannot), once
+/// per process.
+pub fn fetch(sh: &Shell) -> Result<()> {
+    static DONE: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    if DONE.get().is_some() {
+        return Ok(());
+    }
+    let _cwd = sh.push_dir(paths::root());
+    cmd!(sh, "cargo fetch --quiet --locked")
+        .run()
+        .context("fetching the crates for the cross build (cargo fetch --locked)")?;
+    let _ = DONE.set(());
+    Ok(())
+}
+
+/// The packaged artifacts for `target`: libgdrapi (cdylib, staticlib) and the tools, release,
+/// in one cargo invocation as [`crate::build::packaged`] does natively. Once per process.
+pub fn packaged(sh: &Shell, target: &Target) -> Result<()> {
+    static DONE: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    if DONE.get().is_some() {
+        return Ok(());
+    }
+    fetch(sh)?;
+    let toolchain = toolchain(sh)?;
+    toolchain
+        .cargo(sh, target, "build")
+        .args([
+            "--quiet",
+            "--release",
+            "-p",
+            "libgdrapi",
+            "-p",
+            "mtgdrcopy-tests",
+            "--lib",
+            "--bins",
+        ])
+        .run()
+        .with_context(|| {
+            format!(
+                "cross-building libgdrapi and the tools for {} ({})",
+                target.triple, toolchain.rustc
+            )
+        })?;
+    let _ = DONE.set(());
+    Ok(())
+}
+
+/// `cargo xtask build --target`: the library and/or the tools for `target`, release.
+pub fn build(sh: &Shell, target: &Target, lib: bool, exes: bool) -> Result<()> {
+    fetch(sh)?;
+    let toolchain = toolchain(sh)?;
+    let mut args = vec!["--quiet", "--release"];
+    if lib {
+        args.extend(["-p", "libgdrapi", "--lib"]);
+    }
+    if exes {
+        args.extend(["-p", "mtgdrcopy-tests", "--bins"]);
+    }
+    toolchain
+        .cargo(sh, target, "build")
+        .args(args)
+        .run()
+        .with_context(|| format!("cross-building for {} ({})", target.triple, toolchain.rustc))?;
+    let release = release_dir(target);
+    if lib {
+        ensure_elf_for(&release.join("libgdrapi.so"), target)?;
+    }
+    Ok(())
+}
+
+/// The crates' tests for `target`, run under qemu-user: the ABI crate's layout tests and all
+/// of libgdrapi's, among them the copy variants' size × misalignment matrix (NEON and generic
+/// on arm64).
+pub fn unit_tests(sh: &Shell, target: &Target) -> Result<()> {
+    fetch(sh)?;
+    let toolchain = toolchain(sh)?;
+    eprintln!("    toolchain: {}", toolchain.rustc);
+    toolchain
+        .cargo(sh, target, "test")
+        .args(["--quiet", "-p", "mtgdrdrv", "-p", "libgdrapi"])
+        .run()
+        .with_context(|| format!("tests of mtgdrdrv and libgdrapi for {}", target.triple))
+}
+
+/// gdrapi.h's C and C++ tests (those of `cargo xtask test`'s native step) for `target`:
+/// compiled with the cross gcc/g++ against the cross-built libgdrapi.so.1 and run under
+/// qemu-user, so the struct sizes and offsets the tests assert hold on that ABI too.
+pub fn header_test(sh: &Shell, target: &Target) -> Result<()> {
+    use crate::test::{HeaderLang, HEADER_FLAGS, HEADER_TESTS};
+    build(sh, target, true, false)?;
+    let toolchain = toolchain(sh)?;
+    let out = paths::build_dir().join(format!("header-test-{}", target.debian));
+    let lib = crate::test::link_library(&release_dir(target), &out.join("lib"))?;
+    let src = paths::root().join("libgdrapi/tests/c");
+    let include = paths::root().join("libgdrapi/include");
+    for (lang, std, file) in HEADER_TESTS {
+        let compiler = match lang {
+            HeaderLang::C => format!("{}-gcc", target.multiarch),
+            HeaderLang::Cxx => format!("{}-g++", target.multiarch),
+        };
+        let exe = out.join(file.replace('.', "_"));
+        toolchain
+            .cmd(sh, target, &[], &compiler)
+            .arg(std)
+            .args(HEADER_FLAGS)
+            .arg(format!("-I{}", include.display()))
+            .arg(src.join(file))
+            .arg(format!("-L{}", lib.display()))
+            .arg("-lgdrapi")
+            .arg(format!("-Wl,-rpath,{}", lib.display()))
+            .arg("-o")
+            .arg(&exe)
+            .run()
+            .with_context(|| format!("compiling {file} with {compiler}"))?;
+        ensure_elf_for(&exe, target)?;
+        // The chroot has no /dev/mtgdrdrv: the module-absent checks apply.
+        crate::test::check_header_test(false, |env| {
+            let env: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            toolchain
+                .run_program(sh, target, &env, &exe)
+                .quiet()
+                .ignore_status()
+                .output()
+                .with_context(|| format!("running {} under {}", exe.display(), target.qemu))
+        })?;
+    }
+    Ok(())
+}
+
+/// `deb-all` for `target`: the four packages, checked to carry the right architecture and
+/// arm64 code, then lintian on them (lintian reads foreign-architecture packages).
+pub fn packages(sh: &Shell, target: &'static Target) -> Result<()> {
+    use crate::stage::Package;
+    let ws = crate::workspace::Workspace::load(sh)?.for_target(Some(target));
+    let mut debs = Vec::new();
+    for package in Package::SPLIT {
+        let built = crate::deb::build(sh, &ws, package)?;
+        let arch = crate::deb::finish::field(&built.control, "Architecture").unwrap_or_default();
+        let expected = if package.arch_all() {
+            "all"
+        } else {
+            target.debian
+        };
+        ensure!(
+            arch == expected,
+            "{}: Architecture is {arch:?}, expected {expected}",
+            built.path.display()
+        );
+        eprintln!("    {}", built.path.display());
+        debs.push(built);
+    }
+    // The staged trees are the packages' contents: their programs and libraries are arm64.
+    for package in [Package::Lib, Package::Tests] {
+        let elves = crate::deb::elf_files(&package.tree())?;
+        ensure!(!elves.is_empty(), "{} has no ELF files", package.deb_name());
+        for elf in elves {
+            ensure_elf_for(&elf, target)?;
+        }
+    }
+    crate::pkgtest::lintian(sh, &debs)
+}
+
+/// The steps of `cargo xtask test` for the cross toolchain: the workspace checked with it, and
+/// for every cross target its tests under qemu-user, the header test, and its packages with
+/// lintian.
+pub fn test_steps() -> Vec<crate::test::Step<'static>> {
+    let mut steps: Vec<crate::test::Step<'static>> = vec![(
+        "Debian's rustc: cargo check --workspace --all-targets",
+        Box::new(workspace_with_debian_rustc),
+    )];
+    for &target in TARGETS {
+        if parse(Some(target.triple)).ok().flatten().is_none() {
+            continue; // the machine's own: the native steps cover it
+        }
+        steps.push((
+            "arm64: toolchain chroot, mtgdrdrv and libgdrapi tests under qemu-user (copy matrix)",
+            Box::new(move |sh: &Shell| unit_tests(sh, target)),
+        ));
+        steps.push((
+            "arm64: gdrapi.h C and C++ test under qemu-user",
+            Box::new(move |sh: &Shell| header_test(sh, target)),
+        ));
+        steps.push((
+            "arm64: deb-all and lintian",
+            Box::new(move |sh: &Shell| packages(sh, target)),
+        ));
+    }
+    steps
+}
+
+/// `cargo xtask cross-test`: the steps of [`test_steps`], each timed; stops at a failure.
+pub fn cli() -> Result<()> {
+    let sh = Shell::new()?;
+    sh.change_dir(paths::root());
+    for (name, step) in test_steps() {
+        eprintln!("==> {name}");
+        let start = std::time::Instant::now();
+        step(&sh).with_context(|| format!("{name} failed"))?;
+        eprintln!("    ok: {name} ({:.1} s)", start.elapsed().as_secs_f64());
+    }
+    Ok(())
+}
+
+/// The whole workspace, every target kind, type-checked by Debian's rustc for the machine's
+/// own architecture: the workspace must build with both toolchains, not only the crates that
+/// are cross-built (xtask, the fuzzer and the emulated libmusa too).
+pub fn workspace_with_debian_rustc(sh: &Shell) -> Result<()> {
+    fetch(sh)?;
+    let toolchain = toolchain(sh)?;
+    toolchain
+        .cmd(sh, &AARCH64, &[], "cargo")
+        .args([
+            "check",
+            "--quiet",
+            "--workspace",
+            "--all-targets",
+            "--locked",
+            "--offline",
+        ])
+        .run()
+        .with_context(|| format!("cargo check --workspace with {}", toolchain.rustc))
+}
+
+/// A binutils program for `target` (e.g. `strip`), run in the chroot on a workspace path.
+pub fn binutil<'a>(sh: &'a Shell, target: &Target, tool: &str) -> Result<Cmd<'a>> {
+    let toolchain = toolchain(sh)?;
+    Ok(toolchain.cmd(sh, target, &[], &format!("{}-{tool}", target.multiarch)))
+}
+
+/// Checks that `path` is an ELF file for `target` (the cross build really produced arm64 code).
+pub fn ensure_elf_for(path: &Path, target: &Target) -> Result<()> {
+    use std::io::Read;
+    let mut header = [0u8; 20];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut header))
+        .with_context(|| format!("reading the ELF header of {}", path.display()))?;
+    // e_machine: EM_AARCH64 is 183.
+    let machine = u16::from_le_bytes([header[18], header[19]]);
+    let expected = match target.debian {
+        "arm64" => 183,
+        other => bail!("no ELF machine number known for {other}"),
+    };
+    ensure!(
+        &header[..4] == b"\x7fELF" && machine == expected,
+        "{} is not an ELF file for {} (e_machine {machine})",
+        path.display(),
+        target.triple
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_parse() {
+        assert_eq!(parse(None).ok(), Some(None));
+        assert_eq!(
+            parse(Some("aarch64-unknown-linux-gnu")).ok().flatten(),
+            Some(&AARCH64).filter(|_| host_triple() != AARCH64.triple)
+        );
+        assert!(parse(Some("riscv64gc-unknown-linux-gnu")).is_err());
+        assert_eq!(parse(Some(host_triple())).ok(), Some(None));
+    }
+
+    #[test]
+    fn runner_uses_the_cross_sysroot() {
+        assert_eq!(runner(&AARCH64), "qemu-aarch64 -L /usr/aarch64-linux-gnu");
+    }
+}
