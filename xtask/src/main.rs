@@ -1,6 +1,7 @@
 //! `cargo xtask`: the project's build, codegen, packaging and test entry points.
 //! One module per subcommand; `main` only parses and dispatches.
 
+mod aptrepo;
 mod bench;
 mod build;
 mod chroot;
@@ -16,10 +17,13 @@ mod matrix;
 mod msrv;
 mod paths;
 mod pkgtest;
+mod release;
 mod stage;
 mod test;
+mod versions;
 mod vm;
 mod vmtest;
+mod workflows;
 mod workspace;
 
 use anyhow::Result;
@@ -89,6 +93,12 @@ enum Command {
     Deb(deb::Args),
     /// Only the packaging steps of `test`: build the .debs, lintian, install test.
     TestPackages(pkgtest::Args),
+    /// Check that this tree is releasable: versions, changelogs, headers, lintian, tests.
+    ReleaseCheck(release::Args),
+    /// Check .github/workflows with actionlint and ShellCheck (a step of `test`).
+    LintWorkflows,
+    /// Turn build/*.deb into an apt repository (build/apt), optionally signed.
+    AptRepo(aptrepo::Args),
 }
 
 fn main() -> Result<()> {
@@ -116,5 +126,12 @@ fn main() -> Result<()> {
             deb::cli(Which::One(Package::Bundle), args)
         }
         Command::TestPackages(args) => pkgtest::cli(args),
+        Command::ReleaseCheck(args) => release::cli(args),
+        Command::AptRepo(args) => aptrepo::cli(args),
+        Command::LintWorkflows => {
+            let sh = xshell::Shell::new()?;
+            sh.change_dir(paths::root());
+            workflows::test_step(&sh)
+        }
     }
 }

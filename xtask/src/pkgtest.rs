@@ -3,7 +3,9 @@
 //!
 //! The install test, in order:
 //! 1. **Host.** A bookworm root with dkms and the VM kernel's headers (root.rs: cached layers
-//!    under a fresh overlay) gets the four packages through `apt-get install ./*.deb`. Checked:
+//!    under a fresh overlay) gets the four packages through `apt-get install mtgdrcopy` from
+//!    a signed repository that `cargo xtask apt-repo` made of the .debs (a `file:` source with
+//!    `signed-by=` a throwaway key; the same entry naming another key must be refused). Checked:
 //!    DKMS built and installed mtgdrdrv.ko for that kernel (and only it: the CRC stub is not
 //!    installed), dkms.conf's version is the source directory's, the udev rule and
 //!    modules-load.d file are in /usr/lib, and a C program built against libgdrapi with
@@ -41,7 +43,7 @@ use crate::kernel::{self, Kernel};
 use crate::stage::Package;
 use crate::test::Step;
 use crate::workspace::Workspace;
-use crate::{paths, vm, vmtest};
+use crate::{aptrepo, paths, vm, vmtest};
 
 use root::Root;
 
@@ -205,13 +207,11 @@ fn install_test(sh: &Shell, debs: &[Built]) -> Result<()> {
 
     // 1. Host: the four packages.
     let t = Instant::now();
-    let split: Vec<&Built> = Package::SPLIT
-        .iter()
-        .map(|&p| find(debs, p))
-        .collect::<Result<_>>()?;
-    let inside = put_debs(&host, &split)?;
-    let output = apt_install(sh, &host, &inside)?;
-    timed("host: apt-get install of the four packages (DKMS build)", t);
+    let output = install_from_repo(sh, &host, debs)?;
+    timed(
+        "host: apt-get install mtgdrcopy from the signed repository (DKMS build)",
+        t,
+    );
     let kmod_version = &find(debs, Package::Kmod)?
         .version()
         .split('-')
@@ -290,6 +290,126 @@ fn install_test(sh: &Shell, debs: &[Built]) -> Result<()> {
         t,
     );
     Ok(())
+}
+
+/// Step 1: the release as a fleet gets it. `cargo xtask apt-repo`'s repository of every .deb,
+/// signed with a throwaway key, is put in the root as a `file:` source with `signed-by=`. First
+/// the entry names another key: `apt-get update` must refuse the repository (so apt really
+/// checks the signature); then the right key, and `apt-get install mtgdrcopy` must bring the
+/// four split packages (component main), not the bundle. Returns apt-get's output. The
+/// sources entry and keyrings are removed afterwards, so the purge leaves the root as found.
+fn install_from_repo(sh: &Shell, host: &Root, debs: &[Built]) -> Result<String> {
+    const REPO: &str = "/tmp/mtgdrcopy-apt";
+    const LIST: &str = "/etc/apt/sources.list.d/mtgdrcopy.list";
+    const KEYRINGS: &str = "/etc/apt/keyrings";
+    let scratch = paths::build_dir().join("pkgtest");
+    let key = aptrepo::TestKey::generate(sh, &scratch.join("gnupg"), "mtgdrcopy-test-archive")?;
+    let stranger = aptrepo::TestKey::generate(sh, &scratch.join("gnupg-stranger"), "stranger")?;
+    let files: Vec<PathBuf> = debs.iter().map(|d| d.path.clone()).collect();
+    let repo = aptrepo::build(
+        sh,
+        &files,
+        &scratch.join("apt"),
+        "stable",
+        Some(&key.signer()),
+    )?;
+    let keyring = repo
+        .keyring
+        .clone()
+        .context("the signed repository has no keyring")?;
+    let had_keyrings = host.exists(sh, KEYRINGS)?;
+    let into = host.new_file(REPO);
+    fs::create_dir_all(&into)?;
+    // Made in the upper directory, /tmp takes that directory's mode: keep it /tmp's, since
+    // apt's unprivileged user writes its temporary files there while checking signatures.
+    crate::stage::set_mode(&host.new_file("/tmp"), 0o1777)?;
+    let from = repo.dir.join(".");
+    cmd!(sh, "cp -a {from} {into}").quiet().run()?;
+    let keyrings = host.new_file(KEYRINGS);
+    fs::create_dir_all(&keyrings)?;
+    fs::copy(&keyring, keyrings.join("mtgdrcopy.gpg"))?;
+    fs::write(keyrings.join("stranger.gpg"), stranger.public_key(sh)?)?;
+    // Only this source is fetched: the root's Debian lists stay as the layer has them.
+    let update = [
+        "apt-get",
+        "update",
+        "-q",
+        "-o",
+        &format!("Dir::Etc::SourceList={LIST}"),
+        "-o",
+        "Dir::Etc::SourceParts=-",
+        "-o",
+        "APT::Get::List-Cleanup=0",
+    ];
+    let uri = format!("file:{REPO}");
+    let list = host.new_file(LIST);
+    // The upper directory has only what the test wrote: make the entry's directory there.
+    if let Some(dir) = list.parent() {
+        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    fs::write(
+        &list,
+        format!(
+            "{}\n",
+            repo.sources_line(&uri, "main", &format!("{KEYRINGS}/stranger.gpg"))
+        ),
+    )?;
+    let (ok, stdout, stderr) = host.output(sh, &update)?;
+    ensure!(
+        !ok && format!("{stdout}{stderr}").contains("NO_PUBKEY"),
+        "apt-get update accepted the repository with a sources entry naming another key \
+         (exit ok: {ok}):\n{stdout}{stderr}"
+    );
+    fs::write(
+        &list,
+        format!(
+            "{}\n",
+            repo.sources_line(&uri, "main", &format!("{KEYRINGS}/mtgdrcopy.gpg"))
+        ),
+    )?;
+    host.run(sh, &update)?;
+    let output = host.run(
+        sh,
+        &[
+            "apt-get",
+            "install",
+            "-y",
+            "-q",
+            "--no-install-recommends",
+            "mtgdrcopy",
+        ],
+    )?;
+    for package in Package::SPLIT {
+        let built = find(debs, package)?;
+        let installed = host.run(
+            sh,
+            &["dpkg-query", "-W", "-f", "${Version}", package.deb_name()],
+        )?;
+        ensure!(
+            installed == built.version(),
+            "{} {installed} is installed from the repository, expected {}",
+            package.deb_name(),
+            built.version()
+        );
+    }
+    eprintln!(
+        "    repository: {} ({}), signed; a sources entry naming another key is refused",
+        repo.components.join(" + "),
+        repo.architectures.join(" ")
+    );
+    let mut remove = vec![
+        "rm".to_owned(),
+        "-f".to_owned(),
+        LIST.to_owned(),
+        format!("{KEYRINGS}/mtgdrcopy.gpg"),
+        format!("{KEYRINGS}/stranger.gpg"),
+    ];
+    if !had_keyrings {
+        remove = vec!["rm".into(), "-rf".into(), LIST.into(), KEYRINGS.into()];
+    }
+    let remove: Vec<&str> = remove.iter().map(String::as_str).collect();
+    host.run(sh, &remove)?;
+    Ok(output)
 }
 
 /// DKMS built and installed mtgdrdrv for `release`: its status, the module file, no stub, the

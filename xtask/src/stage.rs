@@ -20,7 +20,7 @@ use anyhow::{bail, ensure, Context, Result};
 use xshell::{cmd, Shell};
 
 use crate::workspace::Workspace;
-use crate::{build, paths};
+use crate::{build, paths, versions};
 
 /// The packages `cargo xtask deb-*` builds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,7 +103,7 @@ impl Package {
             .join(format!("{}.DEBIAN", self.stage_name()))
     }
 
-    fn debian_dir(self) -> PathBuf {
+    pub fn debian_dir(self) -> PathBuf {
         paths::root().join("debian").join(self.stage_name())
     }
 }
@@ -211,19 +211,11 @@ pub fn stage(sh: &Shell, ws: &Workspace, package: Package) -> Result<PathBuf> {
 
 fn stage_kmod(ws: &Workspace, tree: &Path) -> Result<()> {
     let krate = ws.krate(Package::Kmod.crate_name())?;
-    let (major, minor) = krate.major_minor()?;
-    ensure!(
-        (major, minor)
-            == (
-                mtgdrdrv::MTGDRDRV_MAJOR_VERSION,
-                mtgdrdrv::MTGDRDRV_MINOR_VERSION
-            ),
-        "mtgdrdrv/Cargo.toml says {} but the module reports {}.{} (mtgdrdrv/src/version.rs): \
-         make them agree",
-        krate.version,
+    let driver = (
         mtgdrdrv::MTGDRDRV_MAJOR_VERSION,
-        mtgdrdrv::MTGDRDRV_MINOR_VERSION
+        mtgdrdrv::MTGDRDRV_MINOR_VERSION,
     );
+    versions::driver_agrees(&krate.version, driver).map_err(anyhow::Error::msg)?;
     let version = &krate.version;
     let src = tree.join(format!("usr/src/mtgdrdrv-{version}"));
     let copied = copy_module_sources(&paths::root().join("mtgdrdrv/kmod"), &src)?;
@@ -309,14 +301,9 @@ pub fn copy_module_sources(from: &Path, to: &Path) -> Result<Vec<String>> {
 
 fn stage_lib(sh: &Shell, ws: &Workspace, tree: &Path) -> Result<()> {
     let krate = ws.krate(Package::Lib.crate_name())?;
-    let (major, minor) = krate.major_minor()?;
-    ensure!(
-        (major, minor) == (gdrapi::GDR_API_MAJOR_VERSION, gdrapi::GDR_API_MINOR_VERSION),
-        "libgdrapi/Cargo.toml says {} but gdrapi.h's API version is {}.{}: make them agree",
-        krate.version,
-        gdrapi::GDR_API_MAJOR_VERSION,
-        gdrapi::GDR_API_MINOR_VERSION
-    );
+    let (major, _) = krate.major_minor()?;
+    let library = (gdrapi::GDR_API_MAJOR_VERSION, gdrapi::GDR_API_MINOR_VERSION);
+    versions::library_agrees(&krate.version, library).map_err(anyhow::Error::msg)?;
     packaged(sh, ws)?;
     let arch = package_arch(ws)?;
     let libdir_rel = format!("usr/lib/{}", arch.multiarch);
@@ -533,14 +520,7 @@ fn stage_docs(ws: &Workspace, package: Package, tree: &Path) -> Result<()> {
         .with_context(|| format!("reading {}", changelog_path.display()))?;
     let krate = ws.krate(package.crate_name())?;
     let version = krate.debian_version(package.variant());
-    let head = changelog.lines().next().unwrap_or_default();
-    let expected = format!("{deb} ({version}) ");
-    ensure!(
-        head.starts_with(&expected),
-        "{}: the newest entry is `{head}`, but the package is {deb} {version}: add an entry \
-         for this version",
-        changelog_path.display()
-    );
+    versions::changelog_entry(package, &version, &changelog).map_err(anyhow::Error::msg)?;
     put_gzip(&doc.join("changelog.Debian.gz"), changelog.as_bytes())?;
     let overrides = package.debian_dir().join("lintian-overrides");
     if overrides.exists() {

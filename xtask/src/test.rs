@@ -33,6 +33,14 @@ pub fn run(args: Args) -> Result<()> {
             "codegen freshness",
             Box::new(|_: &Shell| codegen::run(true)),
         ),
+        (
+            "versions agree (crates, headers, dkms.conf, changelogs)",
+            Box::new(|sh: &Shell| crate::versions::check(&crate::workspace::Workspace::load(sh)?)),
+        ),
+        (
+            "workflows: actionlint and ShellCheck",
+            Box::new(crate::workflows::test_step),
+        ),
         ("clippy -D warnings", Box::new(clippy)),
         (
             "rust-version: no dependency needs a newer Rust",

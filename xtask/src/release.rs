@@ -1,0 +1,292 @@
+//! `cargo xtask release-check`: is this tree releasable? Every check runs, then one report:
+//!
+//! 1. versions agree (versions.rs: crates, generated headers, dkms.conf, workspace pins,
+//!    changelog entries, the driver/library compatibility promise);
+//! 2. each package's newest changelog entry is released (not `UNRELEASED`) and complete;
+//! 3. with `--tag`, the tag is `v` + the release's version (the library line's, which the
+//!    metapackage carries);
+//! 4. the working tree has no uncommitted change (what is released is what is tagged);
+//! 5. the generated headers are fresh (`codegen --check`);
+//! 6. tests green: `--tests full` (the default) runs all of `cargo xtask test`, `quick` the
+//!    steps without QEMU and the kernel matrix (`test --no-vm --no-matrix`: lints, unit tests,
+//!    header tests, fuzz and copy-count steps, actionlint, every .deb built and lintian-clean);
+//!    `none` only builds every .deb and runs lintian on them. Lintian runs in all three. The
+//!    tests are skipped (and reported so) when an earlier check failed.
+//!
+//! With `--dist DIR` and everything green, DIR receives what a release publishes: every .deb,
+//! SHA256SUMS and RELEASE-NOTES.md (the newest changelog entry of each package). The release
+//! workflow attaches exactly that directory.
+
+use std::fs;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, ensure, Context, Result};
+use xshell::{cmd, Shell};
+
+use crate::deb;
+use crate::stage::{self, Package};
+use crate::versions::{self, Tree};
+use crate::workspace::Workspace;
+use crate::{codegen, paths, pkgtest, test};
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum Tests {
+    /// All of `cargo xtask test`.
+    Full,
+    /// `cargo xtask test --no-vm --no-matrix`.
+    Quick,
+    /// Only the .debs and lintian.
+    None,
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The tag being released, e.g. v1.0.0: must be `v` + the metapackage's crate version.
+    #[arg(long)]
+    tag: Option<String>,
+    /// Which tests to run.
+    #[arg(long, value_enum, default_value = "full")]
+    tests: Tests,
+    /// Accept uncommitted changes (for trying the check while preparing a release).
+    #[arg(long)]
+    allow_dirty: bool,
+    /// When everything passes, write the .debs, SHA256SUMS and RELEASE-NOTES.md here.
+    #[arg(long)]
+    dist: Option<PathBuf>,
+}
+
+/// The release's version: the library line's, which the metapackage carries.
+fn release_version(ws: &Workspace) -> Result<String> {
+    Ok(ws.krate(Package::Meta.crate_name())?.version.clone())
+}
+
+/// Changelog entries that are not ready for a release.
+fn unreleased(tree: &Tree) -> Vec<String> {
+    let mut findings = Vec::new();
+    for (package, _, changelog) in &tree.packages {
+        let file = format!("debian/{}/changelog", package.stage_name());
+        match versions::changelog_distribution(changelog) {
+            Some("UNRELEASED") => findings.push(format!(
+                "{file}: the newest entry is UNRELEASED: set its distribution (unstable)"
+            )),
+            None => findings.push(format!("{file}: the newest entry has no distribution")),
+            Some(_) => {}
+        }
+        if versions::changelog_section(changelog).is_none() {
+            findings.push(format!(
+                "{file}: the newest entry has no ` -- name <email>  date` trailer"
+            ));
+        }
+    }
+    findings
+}
+
+/// The tag against the release version.
+fn tag_matches(tag: &str, version: &str) -> Result<(), String> {
+    if tag == format!("v{version}") {
+        Ok(())
+    } else {
+        Err(format!(
+            "tag {tag} does not name this tree's release v{version} (mtgdrcopy-meta/Cargo.toml)"
+        ))
+    }
+}
+
+/// RELEASE-NOTES.md: the newest changelog entry of each package.
+fn release_notes(tree: &Tree, version: &str) -> String {
+    let mut notes = format!("# mtgdrcopy {version}\n\n");
+    for (package, debian_version, changelog) in &tree.packages {
+        let section = versions::changelog_section(changelog).unwrap_or_default();
+        notes.push_str(&format!(
+            "## {} {debian_version}{}\n\n```\n{section}\n```\n\n",
+            package.deb_name(),
+            if *package == Package::Bundle {
+                " (single package)"
+            } else {
+                ""
+            }
+        ));
+    }
+    notes.push_str(
+        "Install the split packages with `apt-get install mtgdrcopy` from the apt repository \
+         (`cargo xtask apt-repo`), or these files with `apt-get install ./<file>.deb`; \
+         SHA256SUMS lists their checksums.\n",
+    );
+    notes
+}
+
+pub fn cli(args: Args) -> Result<()> {
+    let sh = Shell::new()?;
+    sh.change_dir(paths::root());
+    let ws = Workspace::load(&sh)?;
+    let tree = Tree::load(&ws)?;
+    let version = release_version(&ws)?;
+
+    // (check, its result or None when skipped, seconds)
+    let mut report: Vec<(&str, Option<Result<()>>, f64)> = Vec::new();
+    fn check(
+        report: &mut Vec<(&'static str, Option<Result<()>>, f64)>,
+        name: &'static str,
+        f: &mut dyn FnMut() -> Result<()>,
+    ) {
+        eprintln!("==> release-check: {name}");
+        let start = Instant::now();
+        let result = f();
+        report.push((name, Some(result), start.elapsed().as_secs_f64()));
+    }
+    let findings_to_result = |findings: Vec<String>| -> Result<()> {
+        if findings.is_empty() {
+            Ok(())
+        } else {
+            bail!("\n  {}", findings.join("\n  "))
+        }
+    };
+
+    check(&mut report, "versions agree", &mut || {
+        findings_to_result(versions::disagreements(&tree))
+    });
+    check(&mut report, "changelog entries released", &mut || {
+        findings_to_result(unreleased(&tree))
+    });
+    if let Some(tag) = &args.tag {
+        check(&mut report, "tag names the release", &mut || {
+            tag_matches(tag, &version).map_err(anyhow::Error::msg)
+        });
+    }
+    check(&mut report, "working tree committed", &mut || {
+        let status = cmd!(sh, "git status --porcelain --untracked-files=normal")
+            .quiet()
+            .read()
+            .context("running git status")?;
+        if status.trim().is_empty() || args.allow_dirty {
+            Ok(())
+        } else {
+            bail!("uncommitted changes (commit them, or pass --allow-dirty):\n{status}")
+        }
+    });
+    check(&mut report, "generated headers fresh", &mut || {
+        codegen::run(true)
+    });
+    let name = match args.tests {
+        Tests::Full => "tests green (cargo xtask test)",
+        Tests::Quick => "tests green (cargo xtask test --no-vm --no-matrix)",
+        Tests::None => ".debs built, lintian clean",
+    };
+    // The tests take up to half an hour: not for a tree already known not to be releasable.
+    if report.iter().any(|(_, r, _)| matches!(r, Some(Err(_)))) {
+        report.push((name, None, 0.0));
+    } else {
+        check(&mut report, name, &mut || match args.tests {
+            Tests::Full | Tests::Quick => {
+                let quick = matches!(args.tests, Tests::Quick);
+                test::run(test::Args {
+                    no_vm: quick,
+                    no_matrix: quick,
+                    no_cross: quick,
+                })
+            }
+            Tests::None => {
+                let debs = deb::build_everything(&sh, &ws)?;
+                pkgtest::lintian(&sh, &debs)
+            }
+        });
+    }
+
+    eprintln!("\nrelease-check of mtgdrcopy {version}:");
+    let mut failed = Vec::new();
+    for (name, result, secs) in &report {
+        match result {
+            Some(Ok(())) => eprintln!("  ok      {name} ({secs:.1} s)"),
+            Some(Err(e)) => {
+                eprintln!("  FAILED  {name} ({secs:.1} s): {e:#}");
+                failed.push(*name);
+            }
+            None => {
+                eprintln!("  skipped {name} (an earlier check failed)");
+                failed.push(*name);
+            }
+        }
+    }
+    if !failed.is_empty() {
+        bail!("not releasable: {}", failed.join(", "));
+    }
+    println!("mtgdrcopy {version} is releasable");
+
+    if let Some(dist) = args.dist {
+        write_dist(&sh, &ws, &tree, &version, &dist)?;
+    }
+    Ok(())
+}
+
+/// Copies every .deb of this tree's release into `dist` with SHA256SUMS and RELEASE-NOTES.md.
+fn write_dist(
+    sh: &Shell,
+    ws: &Workspace,
+    tree: &Tree,
+    version: &str,
+    dist: &std::path::Path,
+) -> Result<()> {
+    let _lock = stage::lock()?;
+    stage::fresh_dir(dist)?;
+    let mut names = Vec::new();
+    for package in Package::SPLIT.into_iter().chain([Package::Bundle]) {
+        let debian_version = ws
+            .krate(package.crate_name())?
+            .debian_version(package.variant());
+        let prefix = format!("{}_{debian_version}_", package.deb_name());
+        let mut found = false;
+        for entry in fs::read_dir(paths::build_dir())? {
+            let path = entry?.path();
+            let Some(name) = path.file_name().and_then(|n| n.to_str()).map(str::to_owned) else {
+                continue;
+            };
+            if name.starts_with(&prefix) && name.ends_with(".deb") {
+                fs::copy(&path, dist.join(&name)).with_context(|| format!("copying {name}"))?;
+                names.push(name);
+                found = true;
+            }
+        }
+        ensure!(found, "build/ has no {prefix}*.deb");
+    }
+    names.sort();
+    let _cwd = sh.push_dir(dist);
+    let names_ref = &names;
+    let sums = cmd!(sh, "sha256sum -- {names_ref...}").quiet().read()?;
+    fs::write(dist.join("SHA256SUMS"), format!("{sums}\n"))?;
+    fs::write(dist.join("RELEASE-NOTES.md"), release_notes(tree, version))?;
+    eprintln!(
+        "    {}: {} .debs, SHA256SUMS, RELEASE-NOTES.md",
+        dist.display(),
+        names.len()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_name_the_release() {
+        assert!(tag_matches("v1.2.0", "1.2.0").is_ok());
+        assert!(tag_matches("1.2.0", "1.2.0").is_err());
+        assert!(tag_matches("v1.2.1", "1.2.0").is_err());
+        assert!(tag_matches("v0.1.0", "1.2.0").is_err());
+    }
+
+    #[test]
+    fn unreleased_entries_are_reported() {
+        let sh = Shell::new().unwrap();
+        let ws = Workspace::load(&sh).unwrap();
+        let mut tree = Tree::load(&ws).unwrap();
+        assert_eq!(unreleased(&tree), Vec::<String>::new());
+        tree.packages[2].2 = tree.packages[2].2.replacen("unstable", "UNRELEASED", 1);
+        let findings = unreleased(&tree);
+        assert_eq!(findings.len(), 1, "{findings:?}");
+        assert!(findings[0].contains("debian/mtgdrcopy-tests/changelog"));
+        let notes = release_notes(&tree, "1.0.0");
+        assert!(notes.starts_with("# mtgdrcopy 1.0.0\n"));
+        assert_eq!(notes.matches("## ").count(), 5, "{notes}");
+    }
+}
