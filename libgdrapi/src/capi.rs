@@ -209,7 +209,7 @@ impl gdr {
     /// Unmaps (in the opening process only) and unpins everything; returns the first error.
     fn release_all(&self) -> Result<(), Error> {
         let drained: Vec<(u64, Memh)> = self.memhs().drain().collect();
-        let in_opener = self.gdr.driver().in_opener();
+        let in_opener = self.gdr.backend().in_opener();
         let mut first_error = None;
         let keys: Vec<u64> = drained.iter().map(|(h, _)| *h).collect();
         for &h in &keys {
@@ -228,8 +228,8 @@ impl gdr {
                     first_error.get_or_insert(e);
                 }
             } else {
-                // The driver refuses a forked child; the parent still owns these pins.
-                std::mem::forget(memh.pin);
+                // The parent still owns these pins; the child only lets go of its share.
+                memh.pin.forget_in_child();
             }
         }
         first_error.map_or(Ok(()), Err)
@@ -490,7 +490,7 @@ pub unsafe extern "C" fn gdr_unmap(
     guard(|| {
         // SAFETY: guaranteed by the caller.
         let g = unsafe { instance(g) }?;
-        let page = g.gdr.driver().page_size();
+        let page = g.gdr.backend().page_size();
         g.with_memh(handle, |memh| {
             let mapping = memh.mapping.as_ref().ok_or(einval("gdr_unmap"))?;
             let rounded = size.checked_add(page - 1).map(|s| s & !(page - 1));
@@ -596,7 +596,7 @@ pub unsafe extern "C" fn gdr_driver_get_version(
         let (Some(major), Some(minor)) = (major, minor) else {
             return Err(einval("gdr_driver_get_version"));
         };
-        let (ma, mi) = g.gdr.driver_version();
+        let (ma, mi) = g.gdr.driver_version()?;
         (*major, *minor) = (ma as c_int, mi as c_int);
         Ok(())
     })
