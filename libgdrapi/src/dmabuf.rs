@@ -7,10 +7,10 @@
 //! driver library that may hold threads and handlers is not safe, and reloading costs.
 //!
 //! Differences from the module backend (also in gdrapi.h and the README):
-//! - pins are rounded to the host page (4 KiB), not 64 KiB: `info.va` is the pinned address
-//!   rounded down to the host page, `info.page_size` the host page; the mapping starts at
-//!   `info.va`, so a buffer pinned at any address maps, and its data is at
-//!   `map + (addr - info.va)`;
+//! - pins are rounded to the host page (4 KiB), not to 64 KiB: `info.va` is the pinned
+//!   address rounded down to the host page, `info.page_size` the host page, and a pin maps
+//!   when its address is host-page aligned (`EINVAL` otherwise), where the module needs the
+//!   64 KiB pin granule;
 //! - the mapping type is fixed at pin time: write-combining. `GDR_MAP_FLAG_DEFAULT` and
 //!   `GDR_MAP_FLAG_REQ_WC_MAPPING` map, the other requests fail with `EINVAL`;
 //! - there is no free callback: the dma-buf keeps the memory alive until unpin, so
@@ -224,6 +224,8 @@ struct DmaPin {
     fd: OwnedFd,
     va: u64,
     size: u64,
+    /// The pinned address minus `va`: mapping needs 0, as upstream's dma-buf backend.
+    offset: u64,
     mapped: bool,
 }
 
@@ -375,6 +377,7 @@ impl Backend for DmaBuf {
                 fd,
                 va,
                 size: len,
+                offset: addr - va,
                 mapped: false,
             },
         );
@@ -449,6 +452,14 @@ impl Backend for DmaBuf {
             .ok_or(Error::new("map", Errno::EINVAL))?;
         if pin.mapped {
             return Err(Error::new("map", Errno::EAGAIN));
+        }
+        if pin.offset != 0 {
+            log::error(format_args!(
+                "cannot map a pin whose address is not host-page aligned (it starts {:#x} \
+                 bytes into its page)",
+                pin.offset
+            ));
+            return Err(Error::new("map", Errno::EINVAL));
         }
         let length = NonZeroUsize::new(len)
             .filter(|l| l.get() as u64 <= pin.size)
