@@ -236,7 +236,10 @@ impl gdr {
     }
 }
 
-/// Opens the device; NULL with errno set on failure (with logging on, one line says why).
+/// Opens a backend: /dev/mtgdrdrv, else (or with GDRCOPY_USE_DMABUF_MMAP=1) the dma-buf
+/// backend. NULL with errno set on failure (with logging on, one line says why): the device's
+/// open errno when neither backend works, EPROTO when the module and the library do not accept
+/// each other (no fallback then), EOPNOTSUPP when forced and no device supports dma-buf.
 #[no_mangle]
 pub extern "C" fn gdr_open() -> gdr_t {
     let result = catch_unwind(Gdr::open);
@@ -438,7 +441,7 @@ pub unsafe extern "C" fn gdr_map(
 
 /// Maps the first `size` bytes of a pinned buffer. One mapping per handle (`EAGAIN` if already
 /// mapped); the pinned address must be aligned to the pin granule (`info.page_size`), else
-/// `EINVAL`.
+/// `EINVAL`. On the dma-buf backend only DEFAULT and WC requests map (the type is fixed at pin).
 ///
 /// # Safety
 /// `g` is a live `gdr_t`; `va` is NULL or writable.
@@ -580,6 +583,9 @@ pub unsafe extern "C" fn gdr_runtime_get_version(major: *mut c_int, minor: *mut 
     }
 }
 
+/// The module's version. EOPNOTSUPP on the dma-buf backend (no module), leaving both outputs
+/// untouched; EINVAL for a NULL output.
+///
 /// # Safety
 /// `g` is a live `gdr_t`; each pointer is NULL or writable.
 #[no_mangle]
@@ -602,6 +608,9 @@ pub unsafe extern "C" fn gdr_driver_get_version(
     })
 }
 
+/// `*v` = the attribute's value: GDR_ATTR_USING_DMA_BUF_MMAP is 1 on the dma-buf backend, 0 on
+/// the module's. EINVAL for an unknown attribute.
+///
 /// # Safety
 /// `g` is a live `gdr_t`; `v` is NULL or writable.
 #[no_mangle]
