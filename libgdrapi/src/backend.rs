@@ -37,14 +37,15 @@ pub(crate) trait Backend: Send + Sync {
     fn forget(&self, handle: u64);
     fn info(&self, handle: u64) -> Result<Info>;
     fn callback_flag(&self, handle: u64) -> Result<bool>;
-    /// Maps the first `len` bytes (a non-zero multiple of the host page) of the pin, shared
-    /// read/write, as `request` asks; the mapping and its type.
+    /// Maps the first `size` bytes of the pin, rounded up to the host page, shared read/write,
+    /// as `request` asks: the mapping, its length and its type. The request is judged before
+    /// the size, as upstream's order of errors has it.
     fn map(
         &self,
         handle: u64,
-        len: usize,
+        size: usize,
         request: MapRequest,
-    ) -> Result<(NonNull<u8>, MappingType)>;
+    ) -> Result<(NonNull<u8>, usize, MappingType)>;
     /// Removes a mapping made by [`Backend::map`]; in a forked child (which did not inherit
     /// it) it only forgets it.
     ///
@@ -187,14 +188,16 @@ impl Backend for Driver {
     fn map(
         &self,
         handle: u64,
-        len: usize,
+        size: usize,
         request: MapRequest,
-    ) -> Result<(NonNull<u8>, MappingType)> {
+    ) -> Result<(NonNull<u8>, usize, MappingType)> {
         if self.supports(mtgdrdrv::MTGDRDRV_MINIMUM_VERSION_WITH_REQ_MAPPING_TYPE) {
             self.req_mapping_type(handle, request as u32)?;
         } else if request != MapRequest::Default {
             return Err(Error::new("map", Errno::EINVAL));
         }
+        let len =
+            round_up(size, Driver::page_size(self)).ok_or(Error::new("map", Errno::EINVAL))?;
         let ptr = self.mmap(handle, len)?;
         let wanted = match request {
             MapRequest::Default => None,
@@ -211,7 +214,7 @@ impl Backend for Driver {
             Ok(info) => Ok(info.mapping_type),
         };
         match outcome {
-            Ok(mapping_type) => Ok((ptr, mapping_type)),
+            Ok(mapping_type) => Ok((ptr, len, mapping_type)),
             Err(e) => {
                 // SAFETY: the mapping was just created and nothing refers to it.
                 let _ = unsafe { self.munmap(ptr, len) };

@@ -48,7 +48,7 @@ use nix::fcntl::{fcntl, FcntlArg, FdFlag};
 use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
 use nix::unistd::{getpid, Pid};
 
-use crate::backend::Backend;
+use crate::backend::{round_up, Backend};
 use crate::driver::host_page_size;
 use crate::error::{Error, Result};
 use crate::gdr::{Attribute, Info, MapRequest, MappingType, PinFlags};
@@ -436,9 +436,9 @@ impl Backend for DmaBuf {
     fn map(
         &self,
         handle: u64,
-        len: usize,
+        size: usize,
         request: MapRequest,
-    ) -> Result<(NonNull<u8>, MappingType)> {
+    ) -> Result<(NonNull<u8>, usize, MappingType)> {
         if !matches!(request, MapRequest::Default | MapRequest::WriteCombining) {
             log::error(format_args!(
                 "the dma-buf backend maps write-combining only (the type is fixed at pin)"
@@ -461,7 +461,8 @@ impl Backend for DmaBuf {
             ));
             return Err(Error::new("map", Errno::EINVAL));
         }
-        let length = NonZeroUsize::new(len)
+        let length = round_up(size, self.page_size)
+            .and_then(NonZeroUsize::new)
             .filter(|l| l.get() as u64 <= pin.size)
             .ok_or(Error::new("map", Errno::EINVAL))?;
         // SAFETY: a fresh shared mapping chosen by the kernel (no address hint), so no
@@ -486,7 +487,7 @@ impl Backend for DmaBuf {
             Error::new("mmap(dma-buf)", e)
         })?;
         pin.mapped = true;
-        Ok((ptr.cast(), MappingType::WriteCombining))
+        Ok((ptr.cast(), length.get(), MappingType::WriteCombining))
     }
 
     unsafe fn unmap(&self, handle: u64, ptr: NonNull<u8>, len: usize) -> Result<()> {

@@ -232,9 +232,7 @@ impl PinnedBuffer {
 
     /// The mapping without a lifetime, for the C API's handle table. One live mapping per pin.
     pub(crate) fn map_raw(&self, size: usize, request: MapRequest) -> Result<RawMapping> {
-        let len = backend::round_up(size, self.drv.page_size())
-            .ok_or(Error::new("map", Errno::EINVAL))?;
-        let (ptr, mapping_type) = self.drv.map(self.handle, len, request)?;
+        let (ptr, len, mapping_type) = self.drv.map(self.handle, size, request)?;
         Ok(RawMapping {
             drv: Arc::clone(&self.drv),
             handle: self.handle,
