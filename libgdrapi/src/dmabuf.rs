@@ -319,19 +319,19 @@ impl DmaBuf {
             Err(Error::new(call, Errno::EACCES))
         }
     }
+}
 
-    /// `[addr, addr + size)` widened to whole host pages: start and length.
-    fn page_range(&self, addr: u64, size: u64) -> Result<(u64, u64)> {
-        let page = self.page_size as u64;
-        let start = addr & !(page - 1);
-        let end = addr
-            .checked_add(size)
-            .and_then(|e| e.checked_add(page - 1))
-            .map(|e| e & !(page - 1))
-            .filter(|_| size > 0)
-            .ok_or(Error::new("pin", Errno::EINVAL))?;
-        Ok((start, end - start))
-    }
+/// `[addr, addr + size)` widened to whole pages of `page` bytes: start and length; `EINVAL`
+/// for an empty or wrapping range.
+fn page_range(page: u64, addr: u64, size: u64) -> Result<(u64, u64)> {
+    let start = addr & !(page - 1);
+    let end = addr
+        .checked_add(size)
+        .and_then(|e| e.checked_add(page - 1))
+        .map(|e| e & !(page - 1))
+        .filter(|_| size > 0)
+        .ok_or(Error::new("pin", Errno::EINVAL))?;
+    Ok((start, end - start))
 }
 
 impl Backend for DmaBuf {
@@ -367,7 +367,7 @@ impl Backend for DmaBuf {
             ));
             return Err(Error::new("pin", Errno::EINVAL));
         }
-        let (va, len) = self.page_range(addr, size)?;
+        let (va, len) = page_range(self.page_size as u64, addr, size)?;
         let len_usize = usize::try_from(len).map_err(|_| Error::new("pin", Errno::EINVAL))?;
         let fd = self.export(va, len_usize)?;
         let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
@@ -506,6 +506,19 @@ impl Backend for DmaBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pins_widen_to_host_pages() {
+        assert_eq!(page_range(4096, 0x10000, 1).unwrap(), (0x10000, 0x1000));
+        assert_eq!(page_range(4096, 0x10064, 1000).unwrap(), (0x10000, 0x1000));
+        assert_eq!(page_range(4096, 0x10ff8, 16).unwrap(), (0x10000, 0x2000));
+        assert_eq!(
+            page_range(4096, 0x11000, 0x3000).unwrap(),
+            (0x11000, 0x3000)
+        );
+        assert!(page_range(4096, 0x1000, 0).is_err());
+        assert!(page_range(4096, u64::MAX - 10, 100).is_err());
+    }
 
     #[test]
     fn musa_codes_become_errno_never_raw() {
