@@ -86,14 +86,19 @@ pub(crate) fn open() -> Result<Box<dyn Backend>> {
             }
             Ok(Box::new(backend))
         }
-        Err(e) => {
+        Err(unavailable) => {
+            // One line, whichever way it failed.
             let Some(errno) = module_error else {
-                log::error(format_args!("the dma-buf backend is not available: {e}"));
-                return Err(e);
+                log::error(format_args!(
+                    "{USE_DMABUF_ENV}=1, but the dma-buf backend is not available: {}",
+                    unavailable.why
+                ));
+                return Err(Error::new("dma-buf backend", unavailable.errno));
             };
-            driver::explain_open_failure(errno);
             log::error(format_args!(
-                "the dma-buf backend (which needs no module) is not available either: {e}"
+                "{}; the dma-buf backend (no module needed) is not available either: {}",
+                driver::open_failure_text(errno),
+                unavailable.why
             ));
             Err(Error::new("open(/dev/mtgdrdrv)", errno))
         }

@@ -98,25 +98,39 @@ pub fn errno_of(code: MUresult) -> Errno {
     }
 }
 
+/// Why the dma-buf backend cannot be used: the errno `gdr_open` sets, and one sentence.
+#[derive(Clone, Debug)]
+pub(crate) struct Unavailable {
+    pub errno: Errno,
+    pub why: String,
+}
+
 impl Musa {
-    fn load() -> std::result::Result<Musa, String> {
-        let mut errors = Vec::new();
+    fn load() -> std::result::Result<Musa, Unavailable> {
+        let mut other_error = None;
         let lib = LIBRARY_NAMES.iter().find_map(|name| {
             // SAFETY: libmusa's initialisers have no preconditions a caller must establish.
             match unsafe { Library::new(*name) } {
                 Ok(lib) => Some(lib),
                 Err(e) => {
-                    errors.push(format!("{name}: {e}"));
+                    // A file that exists but does not load is worth naming; "not found" for
+                    // every name is the common case, said without the loader's wording.
+                    let text = std::error::Error::source(&e)
+                        .map_or_else(|| e.to_string(), |s| s.to_string());
+                    if other_error.is_none() && !text.contains("No such file") {
+                        other_error = Some(text);
+                    }
                     None
                 }
             }
         });
-        let lib = lib.ok_or_else(|| {
-            format!(
-                "cannot load the MUSA driver library ({}); install the Moore Threads driver or \
-                 set LD_LIBRARY_PATH",
-                errors.join("; ")
-            )
+        let lib = lib.ok_or_else(|| Unavailable {
+            errno: Errno::ENOENT,
+            why: format!(
+                "the MUSA driver library cannot be loaded (tried {}){}",
+                LIBRARY_NAMES.join(", "),
+                other_error.map(|e| format!(": {e}")).unwrap_or_default()
+            ),
         })?;
         macro_rules! sym {
             ($name:literal) => {{
@@ -125,7 +139,10 @@ impl Musa {
                 // the same struct.
                 unsafe { lib.get(concat!($name, "\0").as_bytes()) }
                     .map(|s| *s)
-                    .map_err(|_| format!("the MUSA driver library lacks {}: too old", $name))
+                    .map_err(|_| Unavailable {
+                        errno: Errno::ENOSYS,
+                        why: format!("the MUSA driver library lacks {}: too old", $name),
+                    })
             }};
         }
         let init: unsafe extern "C" fn(c_uint) -> MUresult = sym!("muInit")?;
@@ -143,7 +160,7 @@ impl Musa {
         };
         // SAFETY: muInit takes no pointers.
         let rc = unsafe { init(0) };
-        musa.check("muInit", rc).map_err(|e| e.to_string())?;
+        musa.available("muInit", rc)?;
         Ok(musa)
     }
 
@@ -174,17 +191,28 @@ impl Musa {
         Err(Error::new(call, errno))
     }
 
+    /// `rc` of a call made while opening: a failure says why the backend is unavailable.
+    fn available(&self, call: &str, rc: MUresult) -> std::result::Result<(), Unavailable> {
+        if rc == 0 {
+            return Ok(());
+        }
+        Err(Unavailable {
+            errno: errno_of(rc),
+            why: format!("{call} failed: {} ({rc})", self.name(rc)),
+        })
+    }
+
     /// The first device that reports dma-buf support.
-    fn dma_buf_device(&self) -> Result<MUdevice> {
+    fn dma_buf_device(&self) -> std::result::Result<MUdevice, Unavailable> {
         let mut count = 0;
         // SAFETY: `count` is a valid out pointer.
-        self.check("muDeviceGetCount", unsafe {
+        self.available("muDeviceGetCount", unsafe {
             (self.device_get_count)(&mut count)
         })?;
         for ordinal in 0..count {
             let mut dev = 0;
             // SAFETY: `dev` is a valid out pointer.
-            self.check("muDeviceGet", unsafe {
+            self.available("muDeviceGet", unsafe {
                 (self.device_get)(&mut dev, ordinal)
             })?;
             let mut supported = 0;
@@ -200,23 +228,19 @@ impl Musa {
                 return Ok(dev);
             }
         }
-        log::error(format_args!(
-            "none of the {count} MUSA device(s) supports dma-buf export \
-             (MU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)"
-        ));
-        Err(Error::new("muDeviceGetAttribute", Errno::EOPNOTSUPP))
+        Err(Unavailable {
+            errno: Errno::EOPNOTSUPP,
+            why: format!(
+                "none of the {count} MUSA device(s) supports dma-buf export \
+                 (MU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)"
+            ),
+        })
     }
 }
 
-fn musa() -> Result<&'static Musa> {
-    static MUSA: OnceLock<std::result::Result<Musa, String>> = OnceLock::new();
-    match MUSA.get_or_init(Musa::load) {
-        Ok(m) => Ok(m),
-        Err(why) => {
-            log::error(format_args!("dma-buf backend: {why}"));
-            Err(Error::new("dlopen(libmusa.so.1)", Errno::ENOENT))
-        }
-    }
+fn musa() -> std::result::Result<&'static Musa, Unavailable> {
+    static MUSA: OnceLock<std::result::Result<Musa, Unavailable>> = OnceLock::new();
+    MUSA.get_or_init(Musa::load).as_ref().map_err(Clone::clone)
 }
 
 /// One pin: the dma-buf of `[va, va + size)` and whether it is mapped.
@@ -240,13 +264,19 @@ pub(crate) struct DmaBuf {
 }
 
 impl DmaBuf {
-    pub fn open() -> Result<DmaBuf> {
+    /// Loads libmusa (once per process) and finds a device that exports dma-bufs; logs
+    /// nothing, the caller says why in one line.
+    pub fn open() -> std::result::Result<DmaBuf, Unavailable> {
         let musa = musa()?;
         let device = musa.dma_buf_device()?;
+        let page_size = host_page_size().map_err(|e| Unavailable {
+            errno: e.errno(),
+            why: e.to_string(),
+        })?;
         Ok(DmaBuf {
             musa,
             device,
-            page_size: host_page_size()?,
+            page_size,
             opener: getpid(),
             pins: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),

@@ -91,7 +91,7 @@ macro_rules! ioctl {
 
 impl Driver {
     /// Opens the device node; the errno when it cannot be opened (the caller then may fall back
-    /// to the dma-buf backend, and explains the failure with [`explain_open_failure`] if not).
+    /// to the dma-buf backend, and explains the failure with [`open_failure_text`] if not).
     pub fn open_node() -> std::result::Result<OwnedFd, Errno> {
         let fd = open(DEVICE_PATH, OFlag::O_RDWR | OFlag::O_CLOEXEC, Mode::empty())?;
         // SAFETY: `open` returned a new descriptor that nothing else owns.
@@ -304,19 +304,19 @@ pub(crate) fn host_page_size() -> Result<usize> {
         .ok_or(Error::new("sysconf(PAGE_SIZE)", Errno::EINVAL))
 }
 
-/// One line that says what to do, for the failures users actually hit.
-pub(crate) fn explain_open_failure(errno: Errno) {
+/// What to do, for the failures to open the node users actually hit.
+pub(crate) fn open_failure_text(errno: Errno) -> String {
     match errno {
-        Errno::ENOENT | Errno::ENXIO | Errno::ENODEV => log::error(format_args!(
-            "{DEVICE_PATH} does not exist: the mtgdrdrv module is not loaded. Load the mtgpu driver, \
-             then `modprobe mtgdrdrv` (package mtgdrdrv-dkms)"
-        )),
-        Errno::EACCES | Errno::EPERM => log::error(format_args!(
+        Errno::ENOENT | Errno::ENXIO | Errno::ENODEV => format!(
+            "{DEVICE_PATH} does not exist: the mtgdrdrv module is not loaded. Load the mtgpu \
+             driver, then `modprobe mtgdrdrv` (package mtgdrdrv-dkms)"
+        ),
+        Errno::EACCES | Errno::EPERM => format!(
             "permission denied on {DEVICE_PATH}: the device is readable and writable by the \
              'render' group (udev rule 60-mtgdrdrv.rules); add the user to that group or pass \
              the device into the container"
-        )),
-        e => log::error(format_args!("cannot open {DEVICE_PATH}: {}", e.desc())),
+        ),
+        e => format!("cannot open {DEVICE_PATH}: {}", e.desc()),
     }
 }
 
