@@ -40,6 +40,28 @@
  *    fence (store fence after writes, full fence after streaming reads). They give no ordering
  *    guarantee towards GPU work already running. GDRCOPY_COPY_VARIANT forces a CPU variant.
  *  - Logging: GDRCOPY_ENABLE_LOGGING (set = on) and GDRCOPY_LOG_LEVEL (1 debug .. 4 error).
+ *
+ * Two backends, chosen by gdr_open: the mtgdrdrv module when /dev/mtgdrdrv can be opened, else
+ * (or always, with GDRCOPY_USE_DMABUF_MMAP=1, that exact value) the dma-buf backend, which
+ * needs no module: each pin holds a dma-buf of the range from the MUSA driver
+ * (muMemGetHandleForAddressRange, libmusa.so.1 loaded at run time) and gdr_map mmaps it.
+ * gdr_get_attribute(GDR_ATTR_USING_DMA_BUF_MMAP) reads 1 there. What differs on it from the
+ * module backend described above:
+ *  - Alignment: pins are rounded to the host page (info.va rounded down, info.mapped_size
+ *    rounded up, info.page_size = the host page), and gdr_map needs the pinned address to be
+ *    host-page aligned (else EINVAL).
+ *  - Mapping type is fixed at pin: write-combining. GDR_MAP_FLAG_DEFAULT and
+ *    GDR_MAP_FLAG_REQ_WC_MAPPING map; CACHE and DEVICE requests fail with EINVAL.
+ *  - No callback flag: gdr_get_callback_flag reports 0 (the dma-buf keeps the memory until
+ *    unpin); GDR_ATTR_USE_PERSISTENT_MAPPING is 1; GDR_PIN_FLAG_FORCE_PCIE fails with EINVAL.
+ *  - gdr_driver_get_version fails with EOPNOTSUPP (there is no module); tm_cycles and
+ *    cycles_per_ms are 0.
+ *  - Each pin holds one close-on-exec file descriptor until gdr_unpin_buffer or gdr_close.
+ *  - MUSA errors are returned as errno (never raw MUSA codes); the log names the MUSA error.
+ *  - A dma-buf whose mmap the driver refuses fails gdr_map with the kernel's errno, and one log
+ *    line says so.
+ *  - fork: as above (EACCES for the parent's pins; gdr_close in the child closes its copies of
+ *    the fds only).
  */
 
 #ifndef GDRAPI_H
@@ -123,6 +145,17 @@ typedef gdr_info_v2_t gdr_info_t;
 #define GPU_PAGE_MASK ~GPU_PAGE_OFFSET
 
 /**
+ * CUDA's `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`. MUSA's value is not public; its other device
+ * attributes and error codes mirror CUDA's (reference/musa.md §2.2). Unverified on hardware.
+ */
+#define MU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 124
+
+/**
+ * CUDA's `CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD`, likewise.
+ */
+#define MU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD 1
+
+/**
  * A pinned-buffer handle, passed by value. 0 is never a valid handle.
  */
 typedef struct {
@@ -134,7 +167,10 @@ extern "C" {
 #endif // __cplusplus
 
 /**
- * Opens the device; NULL with errno set on failure (with logging on, one line says why).
+ * Opens a backend: /dev/mtgdrdrv, else (or with GDRCOPY_USE_DMABUF_MMAP=1) the dma-buf
+ * backend. NULL with errno set on failure (with logging on, one line says why): the device's
+ * open errno when neither backend works, EPROTO when the module and the library do not accept
+ * each other (no fallback then), EOPNOTSUPP when forced and no device supports dma-buf.
  */
 gdr_t gdr_open(void);
 
@@ -199,7 +235,7 @@ int gdr_map(gdr_t g, gdr_mh_t handle, void **va, size_t size);
 /**
  * Maps the first `size` bytes of a pinned buffer. One mapping per handle (`EAGAIN` if already
  * mapped); the pinned address must be aligned to the pin granule (`info.page_size`), else
- * `EINVAL`.
+ * `EINVAL`. On the dma-buf backend only DEFAULT and WC requests map (the type is fixed at pin).
  *
  * # Safety
  * `g` is a live `gdr_t`; `va` is NULL or writable.
@@ -243,12 +279,18 @@ int gdr_copy_from_mapping(gdr_mh_t handle, void *h_ptr, const void *map_d_ptr, s
 void gdr_runtime_get_version(int *major, int *minor);
 
 /**
+ * The module's version. EOPNOTSUPP on the dma-buf backend (no module), leaving both outputs
+ * untouched; EINVAL for a NULL output.
+ *
  * # Safety
  * `g` is a live `gdr_t`; each pointer is NULL or writable.
  */
 int gdr_driver_get_version(gdr_t g, int *major, int *minor);
 
 /**
+ * `*v` = the attribute's value: GDR_ATTR_USING_DMA_BUF_MMAP is 1 on the dma-buf backend, 0 on
+ * the module's. EINVAL for an unknown attribute.
+ *
  * # Safety
  * `g` is a live `gdr_t`; `v` is NULL or writable.
  */

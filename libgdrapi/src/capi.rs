@@ -209,7 +209,7 @@ impl gdr {
     /// Unmaps (in the opening process only) and unpins everything; returns the first error.
     fn release_all(&self) -> Result<(), Error> {
         let drained: Vec<(u64, Memh)> = self.memhs().drain().collect();
-        let in_opener = self.gdr.driver().in_opener();
+        let in_opener = self.gdr.backend().in_opener();
         let mut first_error = None;
         let keys: Vec<u64> = drained.iter().map(|(h, _)| *h).collect();
         for &h in &keys {
@@ -228,15 +228,18 @@ impl gdr {
                     first_error.get_or_insert(e);
                 }
             } else {
-                // The driver refuses a forked child; the parent still owns these pins.
-                std::mem::forget(memh.pin);
+                // The parent still owns these pins; the child only lets go of its share.
+                memh.pin.forget_in_child();
             }
         }
         first_error.map_or(Ok(()), Err)
     }
 }
 
-/// Opens the device; NULL with errno set on failure (with logging on, one line says why).
+/// Opens a backend: /dev/mtgdrdrv, else (or with GDRCOPY_USE_DMABUF_MMAP=1) the dma-buf
+/// backend. NULL with errno set on failure (with logging on, one line says why): the device's
+/// open errno when neither backend works, EPROTO when the module and the library do not accept
+/// each other (no fallback then), EOPNOTSUPP when forced and no device supports dma-buf.
 #[no_mangle]
 pub extern "C" fn gdr_open() -> gdr_t {
     let result = catch_unwind(Gdr::open);
@@ -438,7 +441,7 @@ pub unsafe extern "C" fn gdr_map(
 
 /// Maps the first `size` bytes of a pinned buffer. One mapping per handle (`EAGAIN` if already
 /// mapped); the pinned address must be aligned to the pin granule (`info.page_size`), else
-/// `EINVAL`.
+/// `EINVAL`. On the dma-buf backend only DEFAULT and WC requests map (the type is fixed at pin).
 ///
 /// # Safety
 /// `g` is a live `gdr_t`; `va` is NULL or writable.
@@ -490,7 +493,7 @@ pub unsafe extern "C" fn gdr_unmap(
     guard(|| {
         // SAFETY: guaranteed by the caller.
         let g = unsafe { instance(g) }?;
-        let page = g.gdr.driver().page_size();
+        let page = g.gdr.backend().page_size();
         g.with_memh(handle, |memh| {
             let mapping = memh.mapping.as_ref().ok_or(einval("gdr_unmap"))?;
             let rounded = size.checked_add(page - 1).map(|s| s & !(page - 1));
@@ -580,6 +583,9 @@ pub unsafe extern "C" fn gdr_runtime_get_version(major: *mut c_int, minor: *mut 
     }
 }
 
+/// The module's version. EOPNOTSUPP on the dma-buf backend (no module), leaving both outputs
+/// untouched; EINVAL for a NULL output.
+///
 /// # Safety
 /// `g` is a live `gdr_t`; each pointer is NULL or writable.
 #[no_mangle]
@@ -596,12 +602,15 @@ pub unsafe extern "C" fn gdr_driver_get_version(
         let (Some(major), Some(minor)) = (major, minor) else {
             return Err(einval("gdr_driver_get_version"));
         };
-        let (ma, mi) = g.gdr.driver_version();
+        let (ma, mi) = g.gdr.driver_version()?;
         (*major, *minor) = (ma as c_int, mi as c_int);
         Ok(())
     })
 }
 
+/// `*v` = the attribute's value: GDR_ATTR_USING_DMA_BUF_MMAP is 1 on the dma-buf backend, 0 on
+/// the module's. EINVAL for an unknown attribute.
+///
 /// # Safety
 /// `g` is a live `gdr_t`; `v` is NULL or writable.
 #[no_mangle]

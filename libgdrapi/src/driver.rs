@@ -90,26 +90,21 @@ macro_rules! ioctl {
 }
 
 impl Driver {
-    pub fn open() -> Result<Driver> {
-        // Before any mapping exists: the fork handler and the unmap/copy barrier.
-        crate::handles::init();
-        let fd =
-            open(DEVICE_PATH, OFlag::O_RDWR | OFlag::O_CLOEXEC, Mode::empty()).map_err(|e| {
-                explain_open_failure(e);
-                Error::new("open(/dev/mtgdrdrv)", e)
-            })?;
+    /// Opens the device node; the errno when it cannot be opened (the caller then may fall back
+    /// to the dma-buf backend, and explains the failure with [`open_failure_text`] if not).
+    pub fn open_node() -> std::result::Result<OwnedFd, Errno> {
+        let fd = open(DEVICE_PATH, OFlag::O_RDWR | OFlag::O_CLOEXEC, Mode::empty())?;
         // SAFETY: `open` returned a new descriptor that nothing else owns.
-        let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-        let page_size = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
-            .ok()
-            .flatten()
-            .and_then(|v| usize::try_from(v).ok())
-            .filter(|v| v.is_power_of_two())
-            .ok_or(Error::new("sysconf(PAGE_SIZE)", Errno::EINVAL))?;
+        Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+    }
+
+    /// The driver behind `fd` (from [`Driver::open_node`]), once driver and library accept
+    /// each other.
+    pub fn with_node(fd: OwnedFd) -> Result<Driver> {
         let mut driver = Driver {
             fd,
             version: 0,
-            page_size,
+            page_size: host_page_size()?,
             opener: getpid(),
         };
         driver.version = driver.handshake()?;
@@ -299,19 +294,29 @@ fn compatibility(drv: u32, min_lib: u32) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// One line that says what to do, for the failures users actually hit.
-fn explain_open_failure(errno: Errno) {
+/// The host page size, from sysconf.
+pub(crate) fn host_page_size() -> Result<usize> {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .and_then(|v| usize::try_from(v).ok())
+        .filter(|v| v.is_power_of_two())
+        .ok_or(Error::new("sysconf(PAGE_SIZE)", Errno::EINVAL))
+}
+
+/// What to do, for the failures to open the node users actually hit.
+pub(crate) fn open_failure_text(errno: Errno) -> String {
     match errno {
-        Errno::ENOENT | Errno::ENXIO | Errno::ENODEV => log::error(format_args!(
-            "{DEVICE_PATH} does not exist: the mtgdrdrv module is not loaded. Load the mtgpu driver, \
-             then `modprobe mtgdrdrv` (package mtgdrdrv-dkms)"
-        )),
-        Errno::EACCES | Errno::EPERM => log::error(format_args!(
+        Errno::ENOENT | Errno::ENXIO | Errno::ENODEV => format!(
+            "{DEVICE_PATH} does not exist: the mtgdrdrv module is not loaded. Load the mtgpu \
+             driver, then `modprobe mtgdrdrv` (package mtgdrdrv-dkms)"
+        ),
+        Errno::EACCES | Errno::EPERM => format!(
             "permission denied on {DEVICE_PATH}: the device is readable and writable by the \
              'render' group (udev rule 60-mtgdrdrv.rules); add the user to that group or pass \
              the device into the container"
-        )),
-        e => log::error(format_args!("cannot open {DEVICE_PATH}: {}", e.desc())),
+        ),
+        e => format!("cannot open {DEVICE_PATH}: {}", e.desc()),
     }
 }
 

@@ -11,14 +11,15 @@ use std::sync::Arc;
 use mtgdrdrv::{gdr_mr_type_t, major, minor};
 use nix::errno::Errno;
 
+use crate::backend::{self, Backend};
 use crate::copy;
-use crate::driver::Driver;
 use crate::error::{Error, Result};
 use crate::{handles, log};
 
-/// An open `/dev/mtgdrdrv`. Cheap to share between threads (`&Gdr` is `Sync`).
+/// An open backend: `/dev/mtgdrdrv`, or the MUSA driver's dma-bufs (see [`Gdr::open`]).
+/// Cheap to share between threads (`&Gdr` is `Sync`).
 pub struct Gdr {
-    drv: Arc<Driver>,
+    drv: Arc<dyn Backend>,
 }
 
 /// Flags of [`Gdr::pin`].
@@ -131,16 +132,20 @@ impl Info {
 }
 
 impl Gdr {
-    /// Opens `/dev/mtgdrdrv` and checks that driver and library accept each other.
+    /// Opens `/dev/mtgdrdrv` and checks that driver and library accept each other; when the
+    /// node cannot be opened, or `GDRCOPY_USE_DMABUF_MMAP=1`, opens the dma-buf backend
+    /// instead (libmusa's dma-buf export, no kernel module).
     pub fn open() -> Result<Gdr> {
         Ok(Gdr {
-            drv: Arc::new(Driver::open()?),
+            drv: Arc::from(backend::open()?),
         })
     }
 
-    /// The driver's version as (major, minor).
-    pub fn driver_version(&self) -> (u32, u32) {
-        (major(self.drv.version()), minor(self.drv.version()))
+    /// The driver's version as (major, minor); `EOPNOTSUPP` on the dma-buf backend, which
+    /// uses no kernel module.
+    pub fn driver_version(&self) -> Result<(u32, u32)> {
+        let v = self.drv.driver_version()?;
+        Ok((major(v), minor(v)))
     }
 
     /// This library's version as (major, minor).
@@ -149,31 +154,19 @@ impl Gdr {
     }
 
     pub fn attribute(&self, attr: Attribute) -> Result<u32> {
-        match attr {
-            Attribute::UsingDmaBufMmap => Ok(0),
-            _ if !self
-                .drv
-                .supports(mtgdrdrv::MTGDRDRV_MINIMUM_VERSION_WITH_GET_ATTR) =>
-            {
-                Ok(0)
-            }
-            other => self.drv.attr(other as u32),
-        }
+        self.drv.attribute(attr)
+    }
+
+    /// Whether this is the dma-buf backend.
+    pub fn using_dma_buf(&self) -> bool {
+        self.drv
+            .attribute(Attribute::UsingDmaBufMmap)
+            .is_ok_and(|v| v == 1)
     }
 
     /// Pins `[addr, addr + size)` of device memory allocated by the calling process.
     pub fn pin(&self, addr: u64, size: u64, flags: PinFlags) -> Result<PinnedBuffer> {
-        let handle = if self
-            .drv
-            .supports(mtgdrdrv::MTGDRDRV_MINIMUM_VERSION_WITH_PIN_BUFFER_V2)
-        {
-            self.drv.pin_v2(addr, size, flags.0)?
-        } else if flags != PinFlags::DEFAULT {
-            log::error(format_args!("pin flags need a newer mtgdrdrv"));
-            return Err(Error::new("pin", Errno::EINVAL));
-        } else {
-            self.drv.pin_v1(addr, size, 0, 0)?
-        };
+        let handle = self.drv.pin(addr, size, flags)?;
         Ok(PinnedBuffer {
             drv: Arc::clone(&self.drv),
             handle,
@@ -189,7 +182,7 @@ impl Gdr {
         p2p_token: u64,
         va_space: u32,
     ) -> Result<PinnedBuffer> {
-        let handle = self.drv.pin_v1(addr, size, p2p_token, va_space)?;
+        let handle = self.drv.pin_with_tokens(addr, size, p2p_token, va_space)?;
         Ok(PinnedBuffer {
             drv: Arc::clone(&self.drv),
             handle,
@@ -197,15 +190,15 @@ impl Gdr {
         })
     }
 
-    pub(crate) fn driver(&self) -> &Driver {
-        &self.drv
+    pub(crate) fn backend(&self) -> &dyn Backend {
+        &*self.drv
     }
 }
 
 /// A pinned range of device memory; unpinned when dropped (or by [`PinnedBuffer::unpin`],
 /// which reports errors).
 pub struct PinnedBuffer {
-    drv: Arc<Driver>,
+    drv: Arc<dyn Backend>,
     handle: u64,
     /// False once `unpin` ran, so `Drop` does not unpin again.
     pinned: bool,
@@ -213,41 +206,12 @@ pub struct PinnedBuffer {
 
 impl PinnedBuffer {
     pub fn info(&self) -> Result<Info> {
-        if self
-            .drv
-            .supports(mtgdrdrv::MTGDRDRV_MINIMUM_VERSION_WITH_GET_INFO_V2)
-        {
-            let p = self.drv.info_v2(self.handle)?;
-            Ok(Info {
-                va: p.va,
-                mapped_size: p.mapped_size,
-                page_size: p.page_size,
-                tm_cycles: p.tm_cycles,
-                cycles_per_ms: p.tsc_khz,
-                mapping_type: MappingType::from_raw(p.mapping_type)
-                    .ok_or(Error::new("ioctl(GET_INFO_V2)", Errno::EPROTO))?,
-            })
-        } else {
-            let p = self.drv.info_v1(self.handle)?;
-            let mapping_type = match (p.mapped != 0, p.wc_mapping != 0) {
-                (_, true) => MappingType::WriteCombining,
-                (true, false) => MappingType::Caching,
-                (false, false) => MappingType::None,
-            };
-            Ok(Info {
-                va: p.va,
-                mapped_size: p.mapped_size,
-                page_size: p.page_size,
-                tm_cycles: p.tm_cycles,
-                cycles_per_ms: p.tsc_khz,
-                mapping_type,
-            })
-        }
+        self.drv.info(self.handle)
     }
 
     /// Always false on mtgpu: it has no invalidation callback, a pin holds its memory.
     pub fn callback_flag(&self) -> Result<bool> {
-        Ok(self.drv.callback_flag(self.handle)? != 0)
+        self.drv.callback_flag(self.handle)
     }
 
     /// Maps the whole pinned range. The pinned address must have been 64 KiB aligned (or
@@ -268,56 +232,15 @@ impl PinnedBuffer {
 
     /// The mapping without a lifetime, for the C API's handle table. One live mapping per pin.
     pub(crate) fn map_raw(&self, size: usize, request: MapRequest) -> Result<RawMapping> {
-        if self
-            .drv
-            .supports(mtgdrdrv::MTGDRDRV_MINIMUM_VERSION_WITH_REQ_MAPPING_TYPE)
-        {
-            self.drv.req_mapping_type(self.handle, request as u32)?;
-        } else if request != MapRequest::Default {
-            return Err(Error::new("map", Errno::EINVAL));
-        }
-        let page = self.drv.page_size();
-        let len = size
-            .checked_add(page - 1)
-            .map(|s| s & !(page - 1))
-            .filter(|&s| s > 0)
-            .ok_or(Error::new("map", Errno::EINVAL))?;
-        let ptr = self.drv.mmap(self.handle, len)?;
-        let mut raw = RawMapping {
+        let (ptr, len, mapping_type) = self.drv.map(self.handle, size, request)?;
+        Ok(RawMapping {
             drv: Arc::clone(&self.drv),
+            handle: self.handle,
             ptr,
             len,
-            mapping_type: MappingType::None,
+            mapping_type,
             forks: handles::fork_generation(),
-        };
-        let info = match self.info() {
-            Ok(info) => info,
-            Err(e) => {
-                // SAFETY: the mapping was just created and nothing refers to it.
-                let _ = unsafe { raw.unmap() };
-                return Err(e);
-            }
-        };
-        let wanted = match request {
-            MapRequest::Default => None,
-            MapRequest::WriteCombining => Some(MappingType::WriteCombining),
-            MapRequest::Caching => Some(MappingType::Caching),
-            MapRequest::Device => Some(MappingType::Device),
-        };
-        let failure = if !info.mapped() {
-            Some(Errno::EAGAIN)
-        } else if wanted.is_some_and(|w| w != info.mapping_type) {
-            Some(Errno::EINVAL)
-        } else {
-            None
-        };
-        if let Some(errno) = failure {
-            // SAFETY: as above.
-            let _ = unsafe { raw.unmap() };
-            return Err(Error::new("map", errno));
-        }
-        raw.mapping_type = info.mapping_type;
-        Ok(raw)
+        })
     }
 
     /// Unpins now, reporting failure; dropping does the same silently.
@@ -326,9 +249,16 @@ impl PinnedBuffer {
         self.drv.unpin(self.handle)
     }
 
-    /// The driver's handle: per open file, never reused.
+    /// The backend's handle: per open backend, never reused.
     pub fn handle(&self) -> u64 {
         self.handle
+    }
+
+    /// In a forked child: lets go of the child's share of the pin (the dma-buf backend's copy
+    /// of the fd) without unpinning the parent's.
+    pub(crate) fn forget_in_child(mut self) {
+        self.pinned = false;
+        self.drv.forget(self.handle);
     }
 }
 
@@ -432,7 +362,8 @@ unsafe impl Sync for Mapping<'_> {}
 
 /// A live mmap of a pin, without the borrow. Unmapping twice is prevented by `ptr` being taken.
 pub(crate) struct RawMapping {
-    drv: Arc<Driver>,
+    drv: Arc<dyn Backend>,
+    handle: u64,
     ptr: NonNull<u8>,
     len: usize,
     pub mapping_type: MappingType,
@@ -456,9 +387,9 @@ impl RawMapping {
             return Ok(());
         }
         let len = std::mem::take(&mut self.len);
-        // SAFETY: `ptr`/`len` are the live mapping made by `Driver::mmap` (len becomes 0 so it
+        // SAFETY: `ptr`/`len` are the live mapping made by `Backend::map` (len becomes 0 so it
         // is never unmapped twice); the caller guarantees no further access.
-        unsafe { self.drv.munmap(self.ptr, len) }
+        unsafe { self.drv.unmap(self.handle, self.ptr, len) }
     }
 }
 

@@ -1,25 +1,31 @@
 //! libgdrapi: CPU load/store access to pinned Moore Threads GPU memory.
 //!
-//! A process pins MUSA device memory through the `mtgdrdrv` kernel module, maps the BAR pages
-//! backing it write-combined, and reads and writes them with plain CPU accesses.
+//! A process pins MUSA device memory through the `mtgdrdrv` kernel module (or, without it, as a
+//! dma-buf exported by the MUSA driver), maps the BAR pages backing it write-combined, and
+//! reads and writes them with plain CPU accesses.
 //!
 //! Layers, each talking only to the next:
 //! - [`capi`]: the gdrapi.h C ABI, a thin shim (null checks, panic guard, handle table, errno);
 //! - [`Gdr`], [`PinnedBuffer`], [`Mapping`]: the safe Rust API whose lifetimes make
 //!   unmap-before-unpin and use-after-unmap impossible;
-//! - `driver`: the ioctl/mmap backend over `/dev/mtgdrdrv`;
+//! - `backend`: the interface of the two backends, chosen at open:
+//!   - `driver`: the ioctl/mmap backend over `/dev/mtgdrdrv`;
+//!   - `dmabuf`: no kernel module; the MUSA driver's dma-buf of each pin is mmapped;
 //! - [`copy`]: the copy routines, one variant per CPU feature level.
 //!
 //! Unlike upstream GDRCopy, an open device is safe to use from many threads at once.
 
+mod backend;
 pub mod capi;
 pub mod copy;
+mod dmabuf;
 mod driver;
 mod error;
 mod gdr;
 mod handles;
 pub mod log;
 
+pub use backend::USE_DMABUF_ENV;
 pub use driver::DEVICE_PATH;
 pub use error::{Error, Result};
 pub use gdr::{Attribute, Gdr, Info, MapRequest, Mapping, MappingType, PinFlags, PinnedBuffer};

@@ -97,7 +97,7 @@ fn write_through_mapping_read_back_through_dma_and_reverse() {
 fn versions_attributes_and_callback_flag() {
     let emu = Emu::open().expect("emulator");
     let gdr = Gdr::open().expect("gdr_open");
-    assert_eq!(gdr.driver_version(), (0, 1));
+    assert_eq!(gdr.driver_version(), Ok((0, 1)));
     assert_eq!(Gdr::runtime_version(), (1, 0));
     assert_eq!(
         gdr.attribute(Attribute::UsePersistentMapping)

@@ -14,6 +14,8 @@
  * (allocations, pins, the BAR bitmap, fault state, counters). It is a leaf lock:
  *
  *   mmap_lock -> mtgdrdrv's locks -> emu_dev.lock        (get/put_pages from a pin ioctl)
+ *   mmap_lock -> emu_dev.lock                            (mmap of an exported dma-buf)
+ *   emu_dev.lock -> i_mmap_rwsem                         (zapping dma-buf mappings at unbind)
  *   device_lock (PCI core)        -> emu_dev.lock        (probe/remove)
  *   emu_dev.lock -> vmap/PAT locks                       (transient ioremap of the BAR)
  *
@@ -47,10 +49,11 @@ struct pid;
 #define EMU_IO_CHUNK (256 * 1024)
 
 /*
- * One ALLOC. Lives in emu_dev.allocs until its owner frees it and its last pin is put.
+ * One ALLOC. Lives in emu_dev.allocs until its owner frees it, its last pin is put and its
+ * last dma-buf released.
  * file != NULL: the owner has not freed it yet and its VA resolves (in owner's VA space).
- * file == NULL: freed while pinned; its VA no longer resolves but is not reused and its BAR
- * pages stay reserved until pins drops to 0.
+ * file == NULL: freed while pinned or exported; its VA no longer resolves but is not reused and
+ * its BAR pages stay reserved until pins and exports drop to 0.
  */
 struct emu_alloc {
 	struct list_head node;		/* in emu_dev.allocs, sorted by va */
@@ -63,6 +66,7 @@ struct emu_alloc {
 	u32 npages;
 	bool managed;			/* MTGPU_EMU_ALLOC_MANAGED: get_pages refuses it */
 	unsigned int pins;		/* page tables handed out and not yet put */
+	unsigned int exports;		/* dma-bufs of it not yet released */
 	u64 bar_off[];			/* BAR offset of each page, in VA order */
 };
 
@@ -91,6 +95,7 @@ struct emu_device {
 
 	struct list_head allocs;	/* struct emu_alloc, sorted by va */
 	struct list_head pins;		/* struct emu_pin */
+	struct list_head exports;	/* struct emu_export (emu_dmabuf.c) */
 
 	u32 fault_kind;			/* enum mtgpu_emu_fault_kind */
 	u32 fault_count;		/* get_pages calls still to show it */
@@ -102,6 +107,10 @@ struct emu_device {
 	u64 get_pages_calls;
 	u64 put_pages_calls;
 	u64 freed_while_pinned;
+	u64 nr_dmabufs;			/* exported and not yet released */
+	u64 dmabuf_exports;
+	u64 nr_dmabuf_mappings;
+	u64 freed_while_exported;
 };
 
 extern struct emu_device emu_dev;
@@ -144,12 +153,17 @@ void emu_alloc_release_file(const struct file *file);
 int emu_alloc_access(u64 va, u64 size, u64 off, size_t len, struct emu_io *io);
 struct emu_alloc *emu_alloc_find(const struct pid *owner, u64 va, u64 len);
 void emu_alloc_unpin(struct emu_alloc *a);
+void emu_alloc_unexport(struct emu_alloc *a);
 void emu_alloc_drop_all(void);
 
 /* emu_p2p.c: the exported provider API and fault injection */
 int emu_fault_set(u32 kind, u32 count);
 void emu_p2p_orphan_pins(void);
 void emu_p2p_drop_all(void);
+
+/* emu_dmabuf.c: EXPORT_DMABUF */
+int emu_dmabuf_export(struct mtgpu_emu_export_dmabuf __user *uarg);
+void emu_dmabuf_orphan_all(void);
 
 /* emu_chardev.c: /dev/mtgpu_emu */
 int emu_chardev_register(void);

@@ -9,7 +9,7 @@
  * is completely gone (freed and, if pinned, put).
  *
  * Ownership: an allocation belongs to the file that made it. Closing that file frees it as
- * FREE would (pinned ones linger until their last put_pages). Any file of the owning process
+ * FREE would (pinned or exported ones linger until their last put_pages or dma-buf release). Any file of the owning process
  * may FREE, READ or WRITE it.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
@@ -237,10 +237,12 @@ static void emu_alloc_unlink(struct emu_alloc *a)
 {
 	lockdep_assert_held(&emu_dev.lock);
 	a->file = NULL;
-	if (a->pins) {
+	if (a->pins)
 		emu_dev.freed_while_pinned++;
+	if (a->exports)
+		emu_dev.freed_while_exported++;
+	if (a->pins || a->exports)
 		return;
-	}
 	emu_alloc_destroy(a);
 }
 
@@ -312,7 +314,17 @@ void emu_alloc_unpin(struct emu_alloc *a)
 	lockdep_assert_held(&emu_dev.lock);
 	if (WARN_ON_ONCE(!a->pins))
 		return;
-	if (--a->pins == 0 && !a->file)
+	if (--a->pins == 0 && !a->exports && !a->file)
+		emu_alloc_destroy(a);
+}
+
+/* The last reference of a dma-buf on @a went. */
+void emu_alloc_unexport(struct emu_alloc *a)
+{
+	lockdep_assert_held(&emu_dev.lock);
+	if (WARN_ON_ONCE(!a->exports))
+		return;
+	if (--a->exports == 0 && !a->pins && !a->file)
 		emu_alloc_destroy(a);
 }
 
@@ -323,6 +335,7 @@ void emu_alloc_drop_all(void)
 
 	lockdep_assert_held(&emu_dev.lock);
 	emu_p2p_orphan_pins();
+	emu_dmabuf_orphan_all();
 	list_for_each_entry_safe(a, tmp, &emu_dev.allocs, node)
 		emu_alloc_destroy(a);
 }

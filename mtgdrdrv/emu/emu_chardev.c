@@ -29,6 +29,8 @@ static_assert(MTGPU_EMU_IOC_WRITE == _IOW(MTGPU_EMU_IOCTL, 4, struct mtgpu_emu_r
 static_assert(MTGPU_EMU_IOC_MEMSET == _IOW(MTGPU_EMU_IOCTL, 5, struct mtgpu_emu_rw));
 static_assert(MTGPU_EMU_IOC_INJECT_FAULT == _IOW(MTGPU_EMU_IOCTL, 6, struct mtgpu_emu_fault));
 static_assert(MTGPU_EMU_IOC_GET_STATS == _IOR(MTGPU_EMU_IOCTL, 7, struct mtgpu_emu_stats));
+static_assert(MTGPU_EMU_IOC_EXPORT_DMABUF ==
+	      _IOWR(MTGPU_EMU_IOCTL, 8, struct mtgpu_emu_export_dmabuf));
 
 /* READ (BAR -> user) or WRITE (user -> BAR) of args->size bytes at args->gpu_va. */
 static int emu_copy(const struct mtgpu_emu_rw *args, enum emu_io_op op)
@@ -162,6 +164,8 @@ static long emu_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		return emu_ioctl_inject_fault(argp);
 	case MTGPU_EMU_IOC_GET_STATS:
 		return emu_ioctl_get_stats(argp);
+	case MTGPU_EMU_IOC_EXPORT_DMABUF:
+		return emu_dmabuf_export(argp);
 	default:
 		return -ENOTTY;
 	}

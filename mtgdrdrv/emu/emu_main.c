@@ -16,6 +16,7 @@ struct emu_device emu_dev = {
 	.lock = __MUTEX_INITIALIZER(emu_dev.lock),
 	.allocs = LIST_HEAD_INIT(emu_dev.allocs),
 	.pins = LIST_HEAD_INIT(emu_dev.pins),
+	.exports = LIST_HEAD_INIT(emu_dev.exports),
 };
 
 int emu_stats_get(struct mtgpu_emu_stats *st)
@@ -35,6 +36,10 @@ int emu_stats_get(struct mtgpu_emu_stats *st)
 	st->put_pages_calls = emu_dev.put_pages_calls;
 	st->freed_while_pinned = emu_dev.freed_while_pinned;
 	st->bar_size = emu_dev.bar_size;
+	st->dmabufs_live = emu_dev.nr_dmabufs;
+	st->dmabuf_exports = emu_dev.dmabuf_exports;
+	st->dmabuf_mappings = emu_dev.nr_dmabuf_mappings;
+	st->freed_while_exported = emu_dev.freed_while_exported;
 out_unlock:
 	mutex_unlock(&emu_dev.lock);
 	return ret;

@@ -42,6 +42,13 @@
 #define MTGPU_EMU_ALLOC_MANAGED 2
 
 /**
+ * `mtgpu_emu_export_dmabuf.flags`: the dma-buf refuses CPU mmap (its `mmap` fails with
+ * EINVAL), as an exporter without CPU access does. Lets tests show how the library reports a
+ * refused mmap; whether mtgpu's real dma-bufs accept mmap is unknown.
+ */
+#define MTGPU_EMU_EXPORT_NO_MMAP 1
+
+/**
  * Faults the next `mtgpu_p2p_get_pages` call(s) should show (`mtgpu_emu_fault.kind`).
  */
 enum mtgpu_emu_fault_kind
@@ -165,6 +172,49 @@ struct mtgpu_emu_stats {
    */
   __u64 bar_size;
   __u64 reserved;
+  /**
+   * dma-bufs exported by EXPORT_DMABUF and not yet released (their last fd and mapping gone).
+   */
+  __u64 dmabufs_live;
+  /**
+   * EXPORT_DMABUF calls that returned a dma-buf.
+   */
+  __u64 dmabuf_exports;
+  /**
+   * CPU mappings of exported dma-bufs that exist now (a split mapping counts twice).
+   */
+  __u64 dmabuf_mappings;
+  /**
+   * Allocations freed by their owner while a dma-buf of them lived (memory kept until the
+   * dma-buf is released).
+   */
+  __u64 freed_while_exported;
+};
+
+/**
+ * EXPORT_DMABUF: a dma-buf of `[gpu_va, gpu_va + size)` of one allocation of the calling
+ * process, as `muMemGetHandleForAddressRange(MU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD)` returns.
+ * The dma-buf keeps the allocation's memory alive: freeing the allocation while it lives
+ * only makes its VA stop resolving; the memory goes with the dma-buf. Its CPU mmap maps the
+ * BAR pages write-combined, not inherited across fork (VM_DONTCOPY).
+ */
+struct mtgpu_emu_export_dmabuf {
+  /**
+   * in: host-page aligned GPU VA inside one allocation of the calling process.
+   */
+  __u64 gpu_va;
+  /**
+   * in: bytes, a non-zero multiple of the host page; the range stays inside the allocation.
+   */
+  __u64 size;
+  /**
+   * in: `MTGPU_EMU_EXPORT_*`.
+   */
+  __u32 flags;
+  /**
+   * out: the dma-buf's file descriptor (close-on-exec) in the calling process.
+   */
+  __s32 fd;
 };
 
 
@@ -175,7 +225,8 @@ struct mtgpu_emu_stats {
 #define MTGPU_EMU_IOC_WRITE          0x4020DB04U
 #define MTGPU_EMU_IOC_MEMSET         0x4020DB05U
 #define MTGPU_EMU_IOC_INJECT_FAULT   0x4008DB06U
-#define MTGPU_EMU_IOC_GET_STATS      0x8040DB07U
+#define MTGPU_EMU_IOC_GET_STATS      0x8060DB07U
+#define MTGPU_EMU_IOC_EXPORT_DMABUF  0xC018DB08U
 #define MTGPU_EMU_DEVICE_NAME "mtgpu_emu"
 
 #endif  /* MTGPU_EMU_IOCTL_H */

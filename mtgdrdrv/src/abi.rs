@@ -11,6 +11,7 @@ use core::mem::{offset_of, size_of};
 /// Kernel uapi fixed-width types; the generated header takes them from `<linux/types.h>`.
 pub type __u32 = u32;
 pub type __u64 = u64;
+pub type __s32 = i32;
 /// A pin handle; per open file, never reused, and `handle << PAGE_SHIFT` is its mmap offset.
 pub type gdr_hnd_t = __u64;
 

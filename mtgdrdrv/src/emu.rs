@@ -11,7 +11,7 @@
 
 use core::mem::{offset_of, size_of};
 
-use crate::abi::{__u32, __u64};
+use crate::abi::{__s32, __u32, __u64};
 
 /// ioctl magic of `/dev/mtgpu_emu`.
 pub const MTGPU_EMU_IOCTL: u32 = 0xDB;
@@ -111,6 +111,38 @@ pub struct mtgpu_emu_stats {
     /// Size of the BAR the emulator carves memory from.
     pub bar_size: __u64,
     pub reserved: __u64,
+    /// dma-bufs exported by EXPORT_DMABUF and not yet released (their last fd and mapping gone).
+    pub dmabufs_live: __u64,
+    /// EXPORT_DMABUF calls that returned a dma-buf.
+    pub dmabuf_exports: __u64,
+    /// CPU mappings of exported dma-bufs that exist now (a split mapping counts twice).
+    pub dmabuf_mappings: __u64,
+    /// Allocations freed by their owner while a dma-buf of them lived (memory kept until the
+    /// dma-buf is released).
+    pub freed_while_exported: __u64,
+}
+
+/// `mtgpu_emu_export_dmabuf.flags`: the dma-buf refuses CPU mmap (its `mmap` fails with
+/// EINVAL), as an exporter without CPU access does. Lets tests show how the library reports a
+/// refused mmap; whether mtgpu's real dma-bufs accept mmap is unknown.
+pub const MTGPU_EMU_EXPORT_NO_MMAP: u32 = 0x1;
+
+/// EXPORT_DMABUF: a dma-buf of `[gpu_va, gpu_va + size)` of one allocation of the calling
+/// process, as `muMemGetHandleForAddressRange(MU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD)` returns.
+/// The dma-buf keeps the allocation's memory alive: freeing the allocation while it lives
+/// only makes its VA stop resolving; the memory goes with the dma-buf. Its CPU mmap maps the
+/// BAR pages write-combined, not inherited across fork (VM_DONTCOPY).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct mtgpu_emu_export_dmabuf {
+    /// in: host-page aligned GPU VA inside one allocation of the calling process.
+    pub gpu_va: __u64,
+    /// in: bytes, a non-zero multiple of the host page; the range stays inside the allocation.
+    pub size: __u64,
+    /// in: `MTGPU_EMU_EXPORT_*`.
+    pub flags: __u32,
+    /// out: the dma-buf's file descriptor (close-on-exec) in the calling process.
+    pub fd: __s32,
 }
 
 const IOC_WRITE: u32 = 1;
@@ -127,8 +159,13 @@ pub const MTGPU_EMU_IOC_WRITE: u32 = ioc(IOC_WRITE, 4, size_of::<mtgpu_emu_rw>()
 pub const MTGPU_EMU_IOC_MEMSET: u32 = ioc(IOC_WRITE, 5, size_of::<mtgpu_emu_rw>());
 pub const MTGPU_EMU_IOC_INJECT_FAULT: u32 = ioc(IOC_WRITE, 6, size_of::<mtgpu_emu_fault>());
 pub const MTGPU_EMU_IOC_GET_STATS: u32 = ioc(IOC_READ, 7, size_of::<mtgpu_emu_stats>());
+pub const MTGPU_EMU_IOC_EXPORT_DMABUF: u32 = ioc(
+    IOC_READ | IOC_WRITE,
+    8,
+    size_of::<mtgpu_emu_export_dmabuf>(),
+);
 
-pub const EMU_IOCTLS: [(&str, u32); 7] = [
+pub const EMU_IOCTLS: [(&str, u32); 8] = [
     ("MTGPU_EMU_IOC_ALLOC", MTGPU_EMU_IOC_ALLOC),
     ("MTGPU_EMU_IOC_FREE", MTGPU_EMU_IOC_FREE),
     ("MTGPU_EMU_IOC_READ", MTGPU_EMU_IOC_READ),
@@ -136,6 +173,7 @@ pub const EMU_IOCTLS: [(&str, u32); 7] = [
     ("MTGPU_EMU_IOC_MEMSET", MTGPU_EMU_IOC_MEMSET),
     ("MTGPU_EMU_IOC_INJECT_FAULT", MTGPU_EMU_IOC_INJECT_FAULT),
     ("MTGPU_EMU_IOC_GET_STATS", MTGPU_EMU_IOC_GET_STATS),
+    ("MTGPU_EMU_IOC_EXPORT_DMABUF", MTGPU_EMU_IOC_EXPORT_DMABUF),
 ];
 
 const _: () = assert!(size_of::<mtgpu_emu_alloc>() == 32);
@@ -144,4 +182,6 @@ const _: () = assert!(size_of::<mtgpu_emu_free>() == 8);
 const _: () = assert!(size_of::<mtgpu_emu_rw>() == 32);
 const _: () = assert!(offset_of!(mtgpu_emu_rw, value) == 24);
 const _: () = assert!(size_of::<mtgpu_emu_fault>() == 8);
-const _: () = assert!(size_of::<mtgpu_emu_stats>() == 64);
+const _: () = assert!(size_of::<mtgpu_emu_stats>() == 96);
+const _: () = assert!(size_of::<mtgpu_emu_export_dmabuf>() == 24);
+const _: () = assert!(offset_of!(mtgpu_emu_export_dmabuf, fd) == 20);

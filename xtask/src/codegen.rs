@@ -116,6 +116,7 @@ fn kmod_header(root: &Path) -> Result<String> {
             "MTGPU_EMU_PAGE_2M",
             "MTGPU_EMU_ALLOC_SCATTER",
             "MTGPU_EMU_ALLOC_MANAGED",
+            "MTGPU_EMU_EXPORT_NO_MMAP",
         ]
         .map(String::from),
     );
@@ -193,7 +194,7 @@ fn uapi_config(guard: &str, source: &str, summary: &str, types: &[&str]) -> cbin
         cpp_compat: false,
         ..Default::default()
     };
-    config.export.exclude = vec!["__u32".into(), "__u64".into()];
+    config.export.exclude = vec!["__u32".into(), "__u64".into(), "__s32".into()];
     config.enumeration.prefix_with_name = false;
     // No function uses these types, so cbindgen would skip them unless asked for.
     config.export.include = types.iter().map(|t| t.to_string()).collect();
@@ -222,6 +223,7 @@ fn emu_header(root: &Path) -> Result<String> {
             "mtgpu_emu_rw",
             "mtgpu_emu_fault",
             "mtgpu_emu_stats",
+            "mtgpu_emu_export_dmabuf",
         ],
     );
     config.export.exclude.extend(

@@ -665,7 +665,9 @@ for i in $(seq 50); do [ -c /dev/mtgpu_emu ] && break; sleep 0.1; done
 step permissions
 # The rule's policy: the render group may open the device, others may not.
 render=$(grep '^render:' /etc/group | cut -d: -f3)
-out=$(/opt/mtgdrcopy/setpriv --reuid=65534 --regid=65534 --clear-groups env GDRCOPY_ENABLE_LOGGING=1 /opt/mtgdrcopy/consumer 2>&1)
+# Without libmusa for that user, as without GPU access: else the dma-buf backend would serve it
+# (the emulator's node is open to all).
+out=$(/opt/mtgdrcopy/setpriv --reuid=65534 --regid=65534 --clear-groups env -u LD_LIBRARY_PATH GDRCOPY_ENABLE_LOGGING=1 /opt/mtgdrcopy/consumer 2>&1)
 echo "$out"
 echo "$out" | grep -q "gdr_open: failed" || fail "a user outside the render group opened /dev/mtgdrdrv"
 out=$(/opt/mtgdrcopy/setpriv --reuid=65534 --regid=65534 --groups="$render" /opt/mtgdrcopy/consumer 2>&1)

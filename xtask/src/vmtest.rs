@@ -324,13 +324,26 @@ for page in 4096 65536 2097152; do
     echo "MTGDRCOPY-SANITY-PAGE $page"
     MTGPU_EMU_PAGE_SIZE=$page mtgdrcopy_sanity -e || rc=1
 done
+step sanity-dmabuf
+# The dma-buf backend, forced while the module is loaded.
+echo "MTGDRCOPY-SANITY-PAGE dmabuf-forced"
+GDRCOPY_USE_DMABUF_MMAP=1 mtgdrcopy_sanity || rc=1
 step fuzz
 mtgdrdrv_fuzz --seed @FUZZ_SEED@ --ops @FUZZ_OPS@ --api-ops 20000 || rc=1
 step counters
 sed 's/^/MTGDRCOPY-COUNTER /' /proc/driver/mtgdrdrv/counters
 step unload
 rmmod mtgdrdrv || fail "rmmod mtgdrdrv"
-rmmod mtgpu_emu || fail "rmmod mtgpu_emu"
+step sanity-nomodule
+# The dma-buf backend chosen because /dev/mtgdrdrv is gone.
+echo "MTGDRCOPY-SANITY-PAGE dmabuf-nomodule"
+mtgdrcopy_sanity || rc=1
+# A refused mmap is reported in one log line.
+n=$(MTGPU_EMU_DMABUF=no-mmap GDRCOPY_ENABLE_LOGGING=1 mtgdrcopy_sanity -t dmabuf_refused_mmap 2>&1 | grep -c 'mmap of the MUSA dma-buf was refused')
+echo "MTGDRCOPY-REFUSED-MMAP-LINES $n"
+[ "$n" = 1 ] || rc=1
+mtgdrcopy_musainfo --emu-stats | sed 's/^/MTGDRCOPY-COUNTER /'
+rmmod mtgpu_emu || fail "rmmod mtgpu_emu (a dma-buf still holds it?)"
 step done
 exit $rc
 "#;
@@ -470,6 +483,7 @@ fn judge(outcome: &vm::VmOutcome, log: &Path) -> Result<()> {
     for line in console.lines().filter(|l| {
         [
             "test result:",
+            "MTGDRCOPY-REFUSED-MMAP-LINES",
             "FAILED",
             "panicked",
             "mtgdrdrv_fuzz",
@@ -512,7 +526,13 @@ fn judge(outcome: &vm::VmOutcome, log: &Path) -> Result<()> {
         let (name, value) = (f.next().unwrap_or(""), f.next().unwrap_or(""));
         let live = matches!(
             name.trim_end_matches(':'),
-            "pins_outstanding" | "bytes_pinned" | "mappings"
+            "pins_outstanding"
+                | "bytes_pinned"
+                | "mappings"
+                | "emu_pins_outstanding"
+                | "emu_dmabufs_live"
+                | "emu_dmabuf_mappings"
+                | "emu_allocations"
         );
         ensure!(
             !live || value == "0",
@@ -523,8 +543,18 @@ fn judge(outcome: &vm::VmOutcome, log: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The sanity suite ran once per emulated page size and each run's closing line says it all
-/// passed (`N passed, 0 failed`, optionally `, N skipped`).
+/// The sanity runs of [`SCRIPT`]: one per emulated page size on the module backend, then the
+/// dma-buf backend forced with the module loaded, and chosen because it is not.
+const SANITY_RUNS: [&str; 5] = [
+    "4096",
+    "65536",
+    "2097152",
+    "dmabuf-forced",
+    "dmabuf-nomodule",
+];
+
+/// The sanity suite ran once per entry of [`SANITY_RUNS`] and each run's closing line says it
+/// all passed (`N passed, 0 failed`, optionally `, N skipped`).
 fn check_sanity_summaries(console: &str, log: &Path) -> Result<()> {
     let mut page = None;
     let mut seen = Vec::new();
@@ -534,18 +564,18 @@ fn check_sanity_summaries(console: &str, log: &Path) -> Result<()> {
         } else if let Some((passed, rest)) = line.split_once(" passed, ") {
             let Some(page) = page.take() else { continue };
             let failed = rest.split(" failed").next().unwrap_or("");
-            eprintln!("      guest sanity, {page}-byte pages: {line}");
+            eprintln!("      guest sanity, {page}: {line}");
             ensure!(
                 failed == "0" && passed.parse::<u32>().is_ok_and(|n| n > 0),
-                "mtgdrcopy_sanity with {page}-byte pages: {line}; full log: {}",
+                "mtgdrcopy_sanity ({page}): {line}; full log: {}",
                 log.display()
             );
             seen.push(page);
         }
     }
     ensure!(
-        seen.len() == 3,
-        "mtgdrcopy_sanity summaries found for page sizes {seen:?}, expected 3; full log: {}",
+        seen == SANITY_RUNS,
+        "mtgdrcopy_sanity summaries found for {seen:?}, expected {SANITY_RUNS:?}; full log: {}",
         log.display()
     );
     Ok(())

@@ -22,6 +22,10 @@ struct Cli {
     /// ways, memset, managed memory, SYNC_MEMOPS) on the selected device(s).
     #[arg(long)]
     check: bool,
+    /// Print the emulated provider's counters (`name: value` lines, from /dev/mtgpu_emu) and
+    /// nothing else: the leak oracle of the test VM.
+    #[arg(long)]
+    emu_stats: bool,
 }
 
 fn main() -> ExitCode {
@@ -36,6 +40,9 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: &Cli) -> Result<()> {
+    if cli.emu_stats {
+        return print_emu_stats();
+    }
     let count = musa::device_count()?;
     println!("library:        {}", musa::library_path()?);
     match musa::driver_version() {
@@ -112,5 +119,28 @@ fn check(gpu: &dyn Gpu) -> Result<()> {
     gpu.free(ptr)?;
     res?;
     println!("  managed  {size:>8} bytes: alloc, H→D, D→H, memset ok");
+    Ok(())
+}
+
+fn print_emu_stats() -> Result<()> {
+    let emu = mtgdrcopy_tests::emu::Emu::open()
+        .map_err(|e| anyhow::anyhow!("opening {}: {e}", mtgdrcopy_tests::emu::device_path()))?;
+    let s = emu
+        .stats()
+        .map_err(|e| anyhow::anyhow!("emulator stats: {e}"))?;
+    for (name, value) in [
+        ("allocations", s.allocations),
+        ("bytes_allocated", s.bytes_allocated),
+        ("pins_outstanding", s.pins_outstanding),
+        ("get_pages_calls", s.get_pages_calls),
+        ("put_pages_calls", s.put_pages_calls),
+        ("freed_while_pinned", s.freed_while_pinned),
+        ("dmabufs_live", s.dmabufs_live),
+        ("dmabuf_exports", s.dmabuf_exports),
+        ("dmabuf_mappings", s.dmabuf_mappings),
+        ("freed_while_exported", s.freed_while_exported),
+    ] {
+        println!("emu_{name}: {value}");
+    }
     Ok(())
 }

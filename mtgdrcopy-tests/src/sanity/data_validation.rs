@@ -58,6 +58,9 @@ fn data_validation(ctx: &Ctx, pin: Pin, map_flags: Option<c_int>) -> Result<()> 
     buf.fill(FILL)?;
     let init = walking_bit(size);
     let gdr = Gdr::open()?;
+    if map_flags == Some(MAP_FLAG_DEVICE) {
+        module_backend_or_skip(&gdr, "a per-map device mapping")?;
+    }
     let mh = match pin {
         Pin::V1 => gdr.pin(buf.ptr, size)?,
         Pin::V2 => gdr.pin_v2(buf.ptr, size, 0)?,
@@ -194,6 +197,7 @@ pub fn data_validation_mix_mappings_mumemalloc(ctx: &Ctx) -> Result<()> {
     let size = buf.size;
     buf.fill(FILL)?;
     let gdr = Gdr::open()?;
+    module_backend_or_skip(&gdr, "mixing mapping types per map")?;
     let wc_mh = gdr.pin(buf.ptr, size)?;
     let dev_mh = gdr.pin(buf.ptr, size)?;
     expect_errno(

@@ -31,6 +31,7 @@ fn fault_case(ctx: &Ctx, kind: FaultKind, want: Errno) -> Result<()> {
     let gpu = ctx.gpu()?;
     let buf = DevBuf::aligned(&*gpu, DATA_SIZE)?;
     let gdr = Gdr::open()?;
+    module_backend_or_skip(&gdr, "a get_pages fault (the module's provider call)")?;
     let before = PinSnapshot::take()?;
     {
         let _fault = Fault::inject(&emu, kind)?;

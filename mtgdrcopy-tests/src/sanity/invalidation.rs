@@ -420,6 +420,7 @@ fn raw_ioctl<T>(fd: RawFd, request: u32, params: &mut T) -> Result<(), Errno> {
 /// A gdr_open descriptor passed over a unix socket (SCM_RIGHTS) to another process cannot pin
 /// there: the driver answers EACCES, even for the receiver's own memory.
 pub fn invalidation_unix_sock_shared_fd_gdr_pin_buffer_mumemalloc(ctx: &Ctx) -> Result<()> {
+    module_backend_or_skip(&Gdr::open()?, "passing /dev/mtgdrdrv's descriptor")?;
     let (parent_sock, child_sock) = datagram_pair()?;
     let child = Helper::spawn("receiving process", || {
         let gpu = ctx.gpu()?;
@@ -448,6 +449,7 @@ pub fn invalidation_unix_sock_shared_fd_gdr_pin_buffer_mumemalloc(ctx: &Ctx) -> 
 /// The passed descriptor plus the parent's kernel handle cannot map (or query) the parent's
 /// pin in the receiving process: mmap and GET_INFO fail with EACCES.
 pub fn invalidation_unix_sock_shared_fd_gdr_map_mumemalloc(ctx: &Ctx) -> Result<()> {
+    module_backend_or_skip(&Gdr::open()?, "passing /dev/mtgdrdrv's descriptor")?;
     let (parent_sock, child_sock) = datagram_pair()?;
     let child = Helper::spawn("receiving process", || {
         let (fd, handle) = recv_fd(&child_sock)?;

@@ -8,8 +8,9 @@ use super::{note, Ctx};
 /// Issue 313: when a forked child holds the last reference to the parent's device file, its
 /// gdr_close releases the parent's pins there: pins_outstanding returns to its value before.
 pub fn leakage_pin_pages_fork_mumemalloc(ctx: &Ctx) -> Result<()> {
-    let before = PinSnapshot::take()?;
     let gdr = Gdr::open()?;
+    module_backend_or_skip(&gdr, "the module file's last reference")?;
+    let before = PinSnapshot::take()?;
     let to_child = Channel::new()?;
     let child = Helper::spawn("child", || {
         to_child.recv()?;

@@ -1,6 +1,11 @@
 //! `mtgdrcopy_sanity`: upstream GDRCopy's sanity suite, ported to Moore Threads GPUs, plus the
 //! cases for what differs here (page sizes, persistent pins, refused flags and mapping types,
-//! the version handshake, provider faults, managed memory).
+//! the version handshake, provider faults, managed memory), and the dma-buf backend's own
+//! cases (`dmabuf_*`, which force that backend themselves).
+//!
+//! The suite runs against whichever backend `gdr_open` picks: with mtgdrdrv loaded, the module
+//! (unless `GDRCOPY_USE_DMABUF_MMAP=1`), else the dma-buf backend. Cases about what only the
+//! module does skip on the dma-buf backend, saying so.
 //!
 //! Every case is a plain function of a [`Ctx`] that returns `Ok(())` (passed), an error
 //! (failed) or a [`Skip`] error (skipped, with the reason). [`runner`] runs each one in its own
@@ -22,6 +27,7 @@ use crate::gpu::Gpu;
 mod attributes;
 mod basic;
 mod data_validation;
+mod dmabuf;
 mod faults;
 mod invalidation;
 mod leakage;
@@ -130,6 +136,14 @@ pub fn cases() -> Vec<Case> {
         case!(data_validation::data_validation_mumemalloc),
         case!(data_validation::data_validation_v2_forcepci_mumemalloc),
         case!(data_validation::data_validation_v2_mumemalloc),
+        case!(dmabuf::dmabuf_backend_differences),
+        case!(dmabuf::dmabuf_close_ordering),
+        case!(dmabuf::dmabuf_fd_closed_on_gdr_close),
+        case!(dmabuf::dmabuf_fd_closed_on_unpin),
+        case!(dmabuf::dmabuf_fork),
+        case!(dmabuf::dmabuf_host_page_granule),
+        case!(dmabuf::dmabuf_refused_mmap),
+        case!(dmabuf::dmabuf_unsupported_device),
         case!(faults::fault_get_pages_bad_page_size),
         case!(faults::fault_get_pages_bad_version),
         case!(faults::fault_get_pages_einval),

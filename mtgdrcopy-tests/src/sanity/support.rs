@@ -525,28 +525,49 @@ impl Counters {
     }
 }
 
-/// What is pinned system-wide: the module's counters and, on the emulator, its page tables.
+/// What is pinned system-wide: the module's counters (when it is loaded) and, on the
+/// emulator, its page tables, live dma-bufs and their mappings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PinSnapshot {
-    module: Counters,
-    emulator_pins: Option<u64>,
+    module: Option<Counters>,
+    emulator: Option<EmuPins>,
+}
+
+/// The emulator's counters of what holds its memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EmuPins {
+    pub page_tables: u64,
+    pub dmabufs: u64,
+    pub dmabuf_mappings: u64,
+}
+
+impl EmuPins {
+    pub fn read(emu: &Emu) -> Result<EmuPins> {
+        let stats = emu
+            .stats()
+            .map_err(|e| anyhow::anyhow!("emulator stats: {e}"))?;
+        Ok(EmuPins {
+            page_tables: stats.pins_outstanding,
+            dmabufs: stats.dmabufs_live,
+            dmabuf_mappings: stats.dmabuf_mappings,
+        })
+    }
 }
 
 impl PinSnapshot {
     pub fn take() -> Result<PinSnapshot> {
-        let emulator_pins = if emulated() {
+        let emulator = if emulated() {
             let emu = Emu::open().map_err(|e| anyhow::anyhow!("opening the emulator: {e}"))?;
-            let stats = emu
-                .stats()
-                .map_err(|e| anyhow::anyhow!("emulator stats: {e}"))?;
-            Some(stats.pins_outstanding)
+            Some(EmuPins::read(&emu)?)
         } else {
             None
         };
-        Ok(PinSnapshot {
-            module: Counters::read()?,
-            emulator_pins,
-        })
+        let module = if std::path::Path::new(COUNTERS_PATH).exists() {
+            Some(Counters::read()?)
+        } else {
+            None
+        };
+        Ok(PinSnapshot { module, emulator })
     }
 
     /// Fails unless nothing more (or less) is pinned or mapped than in `self`.
@@ -555,6 +576,19 @@ impl PinSnapshot {
         ensure!(now == *self, "{what}: pins went from {self:?} to {now:?}");
         Ok(())
     }
+}
+
+/// Whether `gdr` is libgdrapi's dma-buf backend (`GDR_ATTR_USING_DMA_BUF_MMAP`).
+pub fn dma_buf_backend(gdr: &Gdr) -> Result<bool> {
+    Ok(gdr.attribute(ATTR_USING_DMA_BUF_MMAP)? == 1)
+}
+
+/// A skip when `gdr` is the dma-buf backend, for cases about what only the module does.
+pub fn module_backend_or_skip(gdr: &Gdr, what: &str) -> Result<()> {
+    if dma_buf_backend(gdr)? {
+        skip!("{what} is about the mtgdrdrv module; this run uses the dma-buf backend");
+    }
+    Ok(())
 }
 
 /// The emulated provider, or a skip for hardware runs.

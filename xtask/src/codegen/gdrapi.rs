@@ -48,6 +48,28 @@ const OVERVIEW: &str = r#"/*
  *    fence (store fence after writes, full fence after streaming reads). They give no ordering
  *    guarantee towards GPU work already running. GDRCOPY_COPY_VARIANT forces a CPU variant.
  *  - Logging: GDRCOPY_ENABLE_LOGGING (set = on) and GDRCOPY_LOG_LEVEL (1 debug .. 4 error).
+ *
+ * Two backends, chosen by gdr_open: the mtgdrdrv module when /dev/mtgdrdrv can be opened, else
+ * (or always, with GDRCOPY_USE_DMABUF_MMAP=1, that exact value) the dma-buf backend, which
+ * needs no module: each pin holds a dma-buf of the range from the MUSA driver
+ * (muMemGetHandleForAddressRange, libmusa.so.1 loaded at run time) and gdr_map mmaps it.
+ * gdr_get_attribute(GDR_ATTR_USING_DMA_BUF_MMAP) reads 1 there. What differs on it from the
+ * module backend described above:
+ *  - Alignment: pins are rounded to the host page (info.va rounded down, info.mapped_size
+ *    rounded up, info.page_size = the host page), and gdr_map needs the pinned address to be
+ *    host-page aligned (else EINVAL).
+ *  - Mapping type is fixed at pin: write-combining. GDR_MAP_FLAG_DEFAULT and
+ *    GDR_MAP_FLAG_REQ_WC_MAPPING map; CACHE and DEVICE requests fail with EINVAL.
+ *  - No callback flag: gdr_get_callback_flag reports 0 (the dma-buf keeps the memory until
+ *    unpin); GDR_ATTR_USE_PERSISTENT_MAPPING is 1; GDR_PIN_FLAG_FORCE_PCIE fails with EINVAL.
+ *  - gdr_driver_get_version fails with EOPNOTSUPP (there is no module); tm_cycles and
+ *    cycles_per_ms are 0.
+ *  - Each pin holds one close-on-exec file descriptor until gdr_unpin_buffer or gdr_close.
+ *  - MUSA errors are returned as errno (never raw MUSA codes); the log names the MUSA error.
+ *  - A dma-buf whose mmap the driver refuses fails gdr_map with the kernel's errno, and one log
+ *    line says so.
+ *  - fork: as above (EACCES for the parent's pins; gdr_close in the child closes its copies of
+ *    the fds only).
  */"#;
 
 pub fn header(root: &Path) -> Result<String> {

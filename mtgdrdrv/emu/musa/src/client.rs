@@ -14,6 +14,11 @@ nix::ioctl_write_ptr_bad!(ioc_read, MTGPU_EMU_IOC_READ, mtgpu_emu_rw);
 nix::ioctl_write_ptr_bad!(ioc_write, MTGPU_EMU_IOC_WRITE, mtgpu_emu_rw);
 nix::ioctl_write_ptr_bad!(ioc_memset, MTGPU_EMU_IOC_MEMSET, mtgpu_emu_rw);
 nix::ioctl_read_bad!(ioc_get_stats, MTGPU_EMU_IOC_GET_STATS, mtgpu_emu_stats);
+nix::ioctl_readwrite_bad!(
+    ioc_export_dmabuf,
+    MTGPU_EMU_IOC_EXPORT_DMABUF,
+    mtgpu_emu_export_dmabuf
+);
 
 pub fn device_path() -> String {
     format!("/dev/{MTGPU_EMU_DEVICE_NAME}")
@@ -90,6 +95,20 @@ impl Emu {
         };
         // SAFETY: `rw` describes `src`, readable for `size` bytes per this function's contract.
         unsafe { ioc_write(self.fd(), &rw) }.map(drop)
+    }
+
+    /// A dma-buf of `[gpu_va, gpu_va + size)` (host-page aligned, inside one allocation of
+    /// this process); the caller owns the returned descriptor (close-on-exec).
+    pub fn export_dmabuf(&self, gpu_va: u64, size: u64, flags: u32) -> Result<i32, Errno> {
+        let mut e = mtgpu_emu_export_dmabuf {
+            gpu_va,
+            size,
+            flags,
+            fd: 0,
+        };
+        // SAFETY: `e` is a live struct of the type the command copies in and out.
+        unsafe { ioc_export_dmabuf(self.fd(), &mut e) }?;
+        Ok(e.fd)
     }
 
     pub fn memset(&self, gpu_va: u64, size: u64, value: u8) -> Result<(), Errno> {

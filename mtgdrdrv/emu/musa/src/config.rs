@@ -4,26 +4,56 @@
 //!   `4K`, `64K`, `2M` and hex (`0x10000`) are accepted too.
 //! - `MTGPU_EMU_ALLOC_ALIGN`: GPU VA alignment of every allocation, a power of two up to 1 TiB
 //!   (default: the page size; the emulator raises a smaller one to the page size).
+//! - `MTGPU_EMU_DMABUF`: what dma-buf export (`muMemGetHandleForAddressRange`) does: `on`
+//!   (default), `off` (the device reports `MU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED` 0 and export
+//!   fails with `MUSA_ERROR_NOT_SUPPORTED`), or `no-mmap` (export works, but the dma-buf
+//!   refuses CPU mmap, as an exporter without CPU access would).
 
 use mtgdrdrv::emu::{MTGPU_EMU_PAGE_2M, MTGPU_EMU_PAGE_4K, MTGPU_EMU_PAGE_64K};
 
 pub const PAGE_SIZE_ENV: &str = "MTGPU_EMU_PAGE_SIZE";
 pub const ALLOC_ALIGN_ENV: &str = "MTGPU_EMU_ALLOC_ALIGN";
+pub const DMABUF_ENV: &str = "MTGPU_EMU_DMABUF";
+
+/// What dma-buf export does (`MTGPU_EMU_DMABUF`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DmaBuf {
+    #[default]
+    On,
+    Off,
+    NoMmap,
+}
+
+impl DmaBuf {
+    pub fn parse(s: Option<&str>) -> Result<DmaBuf, String> {
+        match s.map(str::trim) {
+            None | Some("on") => Ok(DmaBuf::On),
+            Some("off") => Ok(DmaBuf::Off),
+            Some("no-mmap") => Ok(DmaBuf::NoMmap),
+            Some(other) => Err(format!(
+                "{DMABUF_ENV}={other:?} is not one of on, off, no-mmap"
+            )),
+        }
+    }
+}
 const MAX_ALIGN: u64 = 1 << 40;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Config {
     pub page_size: u32,
     pub align: u64,
+    pub dmabuf: DmaBuf,
 }
 
 impl Config {
     pub fn from_env() -> Result<Config, String> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-        Config::parse(
+        let mut config = Config::parse(
             var(PAGE_SIZE_ENV).as_deref(),
             var(ALLOC_ALIGN_ENV).as_deref(),
-        )
+        )?;
+        config.dmabuf = DmaBuf::parse(var(DMABUF_ENV).as_deref())?;
+        Ok(config)
     }
 
     pub fn parse(page_size: Option<&str>, align: Option<&str>) -> Result<Config, String> {
@@ -55,7 +85,11 @@ impl Config {
                 }
             },
         };
-        Ok(Config { page_size, align })
+        Ok(Config {
+            page_size,
+            align,
+            dmabuf: DmaBuf::On,
+        })
     }
 }
 
@@ -102,5 +136,13 @@ mod tests {
         assert!(Config::parse(None, Some("3000")).is_err());
         assert!(Config::parse(None, Some("2048G")).is_err());
         assert!(Config::parse(None, Some("99999999999999999999")).is_err());
+    }
+
+    #[test]
+    fn dmabuf_modes() {
+        assert_eq!(DmaBuf::parse(None), Ok(DmaBuf::On));
+        assert_eq!(DmaBuf::parse(Some("off")), Ok(DmaBuf::Off));
+        assert_eq!(DmaBuf::parse(Some("no-mmap")), Ok(DmaBuf::NoMmap));
+        assert!(DmaBuf::parse(Some("yes")).is_err());
     }
 }

@@ -13,6 +13,8 @@
 //! | `muMemcpyHtoD` / `muMemcpyDtoH` | WRITE / READ (the emulator's "DMA" path) |
 //! | `muMemsetD8` | MEMSET |
 //! | `muPointerSetAttribute(SYNC_MEMOPS)` | nothing: the emulator's operations are synchronous |
+//! | `muMemGetHandleForAddressRange(DMA_BUF_FD)` | EXPORT_DMABUF (see `config` for `MTGPU_EMU_DMABUF`) |
+//! | `muDeviceGetAttribute(DMA_BUF_SUPPORTED)` | 1 unless `MTGPU_EMU_DMABUF=off` |
 //!
 //! Like the real driver, calls other than `muDriverGetVersion`, `muGetErrorName` and
 //! `muGetErrorString` fail with `MUSA_ERROR_NOT_INITIALIZED` before a successful `muInit`, and
@@ -32,10 +34,10 @@ use std::ffi::{c_char, c_int, c_uchar, c_uint, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use mtgdrdrv::emu::MTGPU_EMU_ALLOC_MANAGED;
+use mtgdrdrv::emu::{MTGPU_EMU_ALLOC_MANAGED, MTGPU_EMU_EXPORT_NO_MMAP};
 
 use crate::client::Emu;
-use crate::config::Config;
+use crate::config::{Config, DmaBuf};
 pub use crate::error::*;
 
 pub type MUdevice = c_int;
@@ -56,6 +58,15 @@ pub const FALLBACK_PCI_BUS_ID: &str = "0000:00:00.0";
 pub const MU_POINTER_ATTRIBUTE_SYNC_MEMOPS: MUpointer_attribute = 6;
 pub const MU_MEM_ATTACH_GLOBAL: c_uint = 1;
 pub const MU_MEM_ATTACH_HOST: c_uint = 2;
+#[allow(non_camel_case_types)]
+pub type MUdevice_attribute = c_int;
+#[allow(non_camel_case_types)]
+pub type MUmemRangeHandleType = c_int;
+/// CUDA's `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`, which MUSA is taken to mirror like its other
+/// device attributes (reference/musa.md §2.2); libgdrapi uses the same value.
+pub const MU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED: MUdevice_attribute = 124;
+/// CUDA's `CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD`, likewise.
+pub const MU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD: MUmemRangeHandleType = 1;
 
 /// The process's driver state, created by the first `muInit`.
 struct Driver {
@@ -309,6 +320,80 @@ pub unsafe extern "C" fn muCtxSetCurrent(ctx: MUcontext) -> MUresult {
             return Err(MUSA_ERROR_INVALID_CONTEXT);
         }
         CURRENT.with(|c| c.set(!ctx.is_null()));
+        Ok(())
+    })
+}
+
+/// `*pctx` = the current context of this thread, NULL if none.
+///
+/// # Safety
+/// `pctx` is NULL or valid for a write of a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn muCtxGetCurrent(pctx: *mut MUcontext) -> MUresult {
+    ffi(|| {
+        driver()?;
+        let current = if CURRENT.with(Cell::get) {
+            primary_ctx()
+        } else {
+            std::ptr::null_mut()
+        };
+        // SAFETY: per this function's contract.
+        unsafe { store(pctx, current) }
+    })
+}
+
+/// Only `MU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`; other attributes are not emulated
+/// (`MUSA_ERROR_INVALID_VALUE`).
+///
+/// # Safety
+/// `pi` is NULL or valid for a write of an int.
+#[no_mangle]
+pub unsafe extern "C" fn muDeviceGetAttribute(
+    pi: *mut c_int,
+    attrib: MUdevice_attribute,
+    dev: MUdevice,
+) -> MUresult {
+    ffi(|| {
+        let d = driver()?;
+        check_device(dev)?;
+        if attrib != MU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED {
+            return Err(MUSA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: per this function's contract.
+        unsafe { store(pi, c_int::from(d.config.dmabuf != DmaBuf::Off)) }
+    })
+}
+
+/// A dma-buf fd for `[dptr, dptr + size)`, which must be host-page aligned and inside one
+/// live allocation; `flags` must be 0. The caller owns the fd (close-on-exec); the memory
+/// stays valid while the dma-buf lives, even if the allocation is freed.
+///
+/// # Safety
+/// `handle` is NULL or valid for a write of an int (the fd).
+#[no_mangle]
+pub unsafe extern "C" fn muMemGetHandleForAddressRange(
+    handle: *mut c_void,
+    dptr: MUdeviceptr,
+    size: usize,
+    handle_type: MUmemRangeHandleType,
+    flags: u64,
+) -> MUresult {
+    ffi(|| {
+        let d = with_context()?;
+        if handle.is_null() || handle_type != MU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD || flags != 0 {
+            return Err(MUSA_ERROR_INVALID_VALUE);
+        }
+        let emu_flags = match d.config.dmabuf {
+            DmaBuf::Off => return Err(MUSA_ERROR_NOT_SUPPORTED),
+            DmaBuf::On => 0,
+            DmaBuf::NoMmap => MTGPU_EMU_EXPORT_NO_MMAP,
+        };
+        let fd = d
+            .emu
+            .export_dmabuf(dptr, size as u64, emu_flags)
+            .map_err(from_errno)?;
+        // SAFETY: non-NULL, and valid for a write of an int per this function's contract.
+        unsafe { handle.cast::<c_int>().write(fd) };
         Ok(())
     })
 }

@@ -1,0 +1,43 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/*
+ * mtgpu_emu: shims for kernel API differences between 5.10 and 7.2, chosen by the build-time
+ * probes in conftest/ (run by ../kmod/conftest.sh, see Kbuild). Each shim names the change.
+ */
+#ifndef MTGPU_EMU_COMPAT_H
+#define MTGPU_EMU_COMPAT_H
+
+#include <linux/mm.h>
+#include <linux/module.h>
+
+#include "conftest.h"
+
+/*
+ * Linux 6.3, "mm: introduce vma->vm_flags wrapper functions": vm_flags became read-only and
+ * is changed through vm_flags_set(). Probe: vm_flags_set.c.
+ */
+#ifndef MTGDRDRV_HAVE_VM_FLAGS_SET
+static inline void vm_flags_set(struct vm_area_struct *vma, vm_flags_t flags)
+{
+	vma->vm_flags |= flags;
+}
+#endif
+
+/*
+ * The dma-buf symbols live in the DMA_BUF namespace since 5.16 (importing it before is
+ * harmless). Linux 6.13 turned namespace names into string literals. Probe:
+ * module_import_ns_identifier.c.
+ */
+#ifdef MTGDRDRV_HAVE_MODULE_IMPORT_NS_IDENTIFIER
+#define EMU_DMA_BUF_NS DMA_BUF
+#else
+#define EMU_DMA_BUF_NS "DMA_BUF"
+#endif
+
+/*
+ * Not shimmed, because unchanged from 5.10 to 7.2 as used here (the kernel matrix builds prove
+ * it): DEFINE_DMA_BUF_EXPORT_INFO(), dma_buf_export(), dma_buf_put(), and the dma_buf_ops
+ * members map_dma_buf, unmap_dma_buf, release and mmap with their 5.10 signatures. (vmap,
+ * begin_cpu_access and pin did change, and are not implemented.)
+ */
+
+#endif /* MTGPU_EMU_COMPAT_H */
