@@ -15,8 +15,9 @@
  *    whose minor is at least MINIMUM_GDRDRV_MINOR_VERSION. gdr_open fails with EPROTO when the
  *    versions do not accept each other (with GDRCOPY_ENABLE_LOGGING set it names both).
  *  - Threads: a gdr_t may be used from many threads at once. Copies take no lock and make no
- *    system call; a copy racing gdr_unmap/gdr_unpin_buffer of the same handle is the caller's
- *    bug (it may fault), as with any use-after-free.
+ *    system call. A copy racing gdr_unmap/gdr_unpin_buffer/gdr_close of its handle in another
+ *    thread either completes before the mapping goes (the unmap waits for it) or returns EINVAL;
+ *    it never faults and never touches the address once the unmap has returned.
  *  - Handles: gdr_mh_t.h is an opaque, never-zero value. A handle of another gdr_t, or one that
  *    was unpinned, is refused with EINVAL; a copy whose device range is not inside the handle's
  *    live mapping is refused with EINVAL.
@@ -33,9 +34,10 @@
  *    mapping, GDR_MAP_FLAG_REQ_CACHE_MAPPING is refused (EOPNOTSUPP: BAR memory is not coherent).
  *    One mapping per handle (EAGAIN); gdr_unmap needs the address and size given to gdr_map.
  *  - gdr_close unmaps and unpins everything the gdr_t still owns and always frees it.
- *  - fork: the child inherits no mapping and the driver refuses its ioctls (EACCES). The child
- *    may call gdr_close on an inherited gdr_t (it frees the child's copy without touching the
- *    parent's pins) and gdr_open for its own; nothing else.
+ *  - fork: the child inherits no mapping (its copies through inherited handles return EINVAL)
+ *    and the driver refuses its ioctls (EACCES). The child may call gdr_close on an inherited
+ *    gdr_t (it frees the child's copy without touching the parent's pins) and gdr_open for its
+ *    own; nothing else.
  *  - Copies touch device memory only with naturally aligned 1-64 byte accesses and end with a
  *    fence (store fence after writes, full fence after streaming reads). They give no ordering
  *    guarantee towards GPU work already running. GDRCOPY_COPY_VARIANT forces a CPU variant.
