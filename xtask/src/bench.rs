@@ -228,12 +228,7 @@ fn run_in_vm(sh: &Shell, profile: &Profile, out: &Path) -> Result<Vec<(Tool, Rep
         let path = out.join(name);
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     }
-    ensure!(
-        outcome.kernel_problems.is_empty(),
-        "kernel reported problems:\n{}\nfull log: {}",
-        outcome.kernel_problems.join("\n"),
-        log.display()
-    );
+    outcome.ensure_no_kernel_problems(&log)?;
     if outcome.exit_code != Some(0) {
         let failure = console
             .lines()

@@ -790,12 +790,7 @@ fn run_vm(sh: &Shell, kernel: &Kernel, host: &Root, container: &Root) -> Result<
         eprintln!("      /dev/mtgdrdrv: mode {node} (udev, debian/60-mtgdrdrv.rules)");
     }
     check_readme_quotes(&console)?;
-    ensure!(
-        outcome.kernel_problems.is_empty(),
-        "kernel reported problems:\n{}\nfull log: {}",
-        outcome.kernel_problems.join("\n"),
-        log.display()
-    );
+    outcome.ensure_no_kernel_problems(&log)?;
     if outcome.exit_code != Some(0) {
         bail!(
             "the VM part failed (exit {:?}):\n{}\nfull log: {}",

@@ -81,6 +81,19 @@ pub struct VmOutcome {
     pub duration: Duration,
 }
 
+impl VmOutcome {
+    /// Fails, listing them and naming `log`, when the kernel reported problems.
+    pub fn ensure_no_kernel_problems(&self, log: &Path) -> Result<()> {
+        ensure!(
+            self.kernel_problems.is_empty(),
+            "kernel reported problems:\n{}\nfull log: {}",
+            self.kernel_problems.join("\n"),
+            log.display()
+        );
+        Ok(())
+    }
+}
+
 /// Boots `spec` and waits for the guest to power off. The console goes to `log_path` (and to the
 /// terminal when MTGDRCOPY_VM_VERBOSE=1). A timeout kills QEMU and is an error carrying the
 /// end of the console; a missing exit status is not an error, the caller judges the outcome.

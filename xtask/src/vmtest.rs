@@ -497,12 +497,7 @@ fn judge(outcome: &vm::VmOutcome, log: &Path) -> Result<()> {
     }) {
         eprintln!("      guest: {}", line.trim());
     }
-    ensure!(
-        outcome.kernel_problems.is_empty(),
-        "kernel reported problems:\n{}\nfull log: {}",
-        outcome.kernel_problems.join("\n"),
-        log.display()
-    );
+    outcome.ensure_no_kernel_problems(log)?;
     if outcome.exit_code != Some(0) {
         bail!(
             "in-VM tests failed (exit {:?}); last lines:\n{}\nfull log: {}",
