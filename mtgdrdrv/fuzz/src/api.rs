@@ -835,8 +835,9 @@ impl ApiFuzzer {
 
     /// The module holds exactly the model's pins and mappings: a failed call left nothing.
     fn check_counters(&self) -> Step {
-        let c = sys::module_counters().map_err(|e| Finding(format!("counters: {e}")))?;
         let pins = self.mhs.iter().filter(|m| m.live).count() as i64;
+        let c =
+            sys::module_counters_settled(pins).map_err(|e| Finding(format!("counters: {e}")))?;
         let maps = self
             .mhs
             .iter()

@@ -2090,13 +2090,14 @@ impl Worker {
         if !self.cfg.exact {
             return Ok(());
         }
-        let c = sys::module_counters().map_err(|e| Finding(format!("counters: {e}")))?;
         let pins: Vec<&Pin> = self
             .pins
             .iter()
             .filter(|p| p.state != PinState::Dead)
             .collect();
         let want_pins = pins.len() as i64;
+        let c = sys::module_counters_settled(want_pins)
+            .map_err(|e| Finding(format!("counters: {e}")))?;
         let want_bytes: i64 = pins.iter().map(|p| p.size as i64).sum();
         let want_maps = self.vmas.len() as i64;
         if (c.pins_outstanding, c.bytes_pinned, c.mappings) != (want_pins, want_bytes, want_maps)

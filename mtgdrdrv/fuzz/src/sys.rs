@@ -313,6 +313,20 @@ pub fn module_counters() -> anyhow::Result<ModuleCounters> {
     Ok(c)
 }
 
+/// [`module_counters`] once at most `max_pins` pins are outstanding, or after 2 s. The module
+/// puts a pin whose last mapping went (unpinned while mapped) from a work item, after munmap has
+/// returned; a check that runs right after such a munmap waits for that put here.
+pub fn module_counters_settled(max_pins: i64) -> anyhow::Result<ModuleCounters> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        let c = module_counters()?;
+        if c.pins_outstanding <= max_pins || std::time::Instant::now() >= deadline {
+            return Ok(c);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 /// The mtgdrdrv mappings of this process according to /proc/self/maps: (start, end, perms,
 /// page offset).
 pub fn device_vmas() -> Vec<(usize, usize, String, u64)> {
