@@ -45,6 +45,11 @@ struct pid;
 /* Largest GPU VA alignment ALLOC accepts. */
 #define EMU_ALIGN_MAX (1ULL << 40)
 
+/* bar_off[] of a hole of a sparse allocation (MTGPU_EMU_ALLOC_SPARSE): no memory behind it. */
+#ifndef EMU_BAR_HOLE
+#define EMU_BAR_HOLE ((u64)-1)
+#endif
+
 /* Largest piece of BAR one ioctl step maps and copies while holding the lock. */
 #define EMU_IO_CHUNK (256 * 1024)
 
@@ -65,9 +70,10 @@ struct emu_alloc {
 	u32 page_shift;
 	u32 npages;
 	bool managed;			/* MTGPU_EMU_ALLOC_MANAGED: get_pages refuses it */
+	bool sparse;			/* MTGPU_EMU_ALLOC_SPARSE: odd pages are holes */
 	unsigned int pins;		/* page tables handed out and not yet put */
 	unsigned int exports;		/* dma-bufs of it not yet released */
-	u64 bar_off[];			/* BAR offset of each page, in VA order */
+	u64 bar_off[];			/* BAR offset of each page in VA order, or EMU_BAR_HOLE */
 };
 
 /*
@@ -111,9 +117,18 @@ struct emu_device {
 	u64 dmabuf_exports;
 	u64 nr_dmabuf_mappings;
 	u64 freed_while_exported;
+	u64 get_pages_refused;
+	u64 put_pages_mmap_locked;
+	u64 get_pages_while_disabled;
 };
 
 extern struct emu_device emu_dev;
+
+/*
+ * Loaded with disable_driver=1, as mtgpu after its vendor's DKMS post_install: the p2p symbols
+ * are exported but the PCI driver is not registered, so nothing was initialised.
+ */
+extern bool emu_disable_driver;
 
 /* Caller holds emu_dev.lock. */
 static inline bool emu_bound(void)
@@ -125,7 +140,7 @@ static inline bool emu_bound(void)
 /* emu_main.c */
 int emu_stats_get(struct mtgpu_emu_stats *st);
 
-/* emu_pci.c: binding to the ivshmem device */
+/* emu_pci.c: binding to the ivshmem device, as PCI driver "mtgpu" */
 int emu_pci_register(void);
 void emu_pci_unregister(void);
 
@@ -152,6 +167,7 @@ int emu_alloc_free(u64 va);
 void emu_alloc_release_file(const struct file *file);
 int emu_alloc_access(u64 va, u64 size, u64 off, size_t len, struct emu_io *io);
 struct emu_alloc *emu_alloc_find(const struct pid *owner, u64 va, u64 len);
+struct emu_alloc *emu_alloc_find_va(const struct pid *owner, u64 va);
 void emu_alloc_unpin(struct emu_alloc *a);
 void emu_alloc_unexport(struct emu_alloc *a);
 void emu_alloc_drop_all(void);

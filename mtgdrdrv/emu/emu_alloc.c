@@ -37,10 +37,10 @@ static struct pid *emu_caller(void)
 }
 
 /*
- * Finds the caller-visible allocation of @owner that holds all of [va, va + len), or NULL.
- * Freed-but-pinned allocations are invisible.
+ * Finds the caller-visible allocation of @owner that holds @va, or NULL. Freed-but-pinned
+ * allocations are invisible.
  */
-struct emu_alloc *emu_alloc_find(const struct pid *owner, u64 va, u64 len)
+struct emu_alloc *emu_alloc_find_va(const struct pid *owner, u64 va)
 {
 	struct emu_alloc *a;
 
@@ -48,11 +48,18 @@ struct emu_alloc *emu_alloc_find(const struct pid *owner, u64 va, u64 len)
 	list_for_each_entry(a, &emu_dev.allocs, node) {
 		if (!a->file || a->owner != owner)
 			continue;
-		if (va < a->va || va - a->va >= a->size)
-			continue;
-		return len <= a->size - (va - a->va) ? a : NULL;
+		if (va >= a->va && va - a->va < a->size)
+			return a;
 	}
 	return NULL;
+}
+
+/* The same, holding all of [va, va + len). */
+struct emu_alloc *emu_alloc_find(const struct pid *owner, u64 va, u64 len)
+{
+	struct emu_alloc *a = emu_alloc_find_va(owner, va);
+
+	return a && len <= a->size - (va - a->va) ? a : NULL;
 }
 
 /* Lowest free VA of @owner for @size bytes at @align (see the top of this file). */
@@ -87,7 +94,20 @@ static void emu_alloc_link(struct emu_alloc *new)
 	list_add_tail(&new->node, &a->node);
 }
 
-/* Copies, reads or fills [off, off + len) of @a, one physically contiguous piece at a time. */
+/* A hole of a sparse allocation reads as zero and ignores writes. */
+static void emu_hole_io(size_t len, struct emu_io *io)
+{
+	if (io->op == EMU_IO_READ)
+		memset(io->buf, 0, len);
+	if (io->op != EMU_IO_FILL)
+		io->buf += len;
+}
+
+/*
+ * Copies, reads or fills [off, off + len) of @a, one physically contiguous piece at a time.
+ * The caller holds the lock for up to a whole allocation (zero-fill of a new one), so it
+ * yields between pieces.
+ */
 static int emu_alloc_io(const struct emu_alloc *a, u64 off, u64 len, struct emu_io *io)
 {
 	u64 ps = a->page_size;
@@ -101,19 +121,54 @@ static int emu_alloc_io(const struct emu_alloc *a, u64 off, u64 len, struct emu_
 		last = first;
 		in_page = off & (ps - 1);
 		piece = ps - in_page;
-		while (piece < len && piece < EMU_IO_CHUNK && last + 1 < a->npages &&
-		       a->bar_off[last + 1] == a->bar_off[last] + ps) {
+		while (a->bar_off[first] != EMU_BAR_HOLE && piece < len && piece < EMU_IO_CHUNK &&
+		       last + 1 < a->npages && a->bar_off[last + 1] == a->bar_off[last] + ps) {
 			last++;
 			piece += ps;
 		}
 		piece = min3(piece, len, (u64)EMU_IO_CHUNK);
-		ret = emu_bar_io(a->bar_off[first] + in_page, piece, io);
-		if (ret)
-			return ret;
+		if (a->bar_off[first] == EMU_BAR_HOLE) {
+			emu_hole_io(piece, io);
+		} else {
+			ret = emu_bar_io(a->bar_off[first] + in_page, piece, io);
+			if (ret)
+				return ret;
+		}
 		off += piece;
 		len -= piece;
+		cond_resched();
 	}
 	return 0;
+}
+
+/*
+ * Sparse allocations: bar_off[] holds the backed (even) pages compacted at its start; spread
+ * them to their VA positions and mark the odd ones as holes.
+ */
+static void emu_alloc_spread(struct emu_alloc *a)
+{
+	u32 i = a->npages;
+
+	while (i--)
+		a->bar_off[i] = i & 1 ? EMU_BAR_HOLE : a->bar_off[i / 2];
+}
+
+/* The inverse: compacts the backed pages to the start, for emu_bar_free_pages(). */
+static u32 emu_alloc_compact(struct emu_alloc *a)
+{
+	u32 i, n = 0;
+
+	for (i = 0; i < a->npages; i++)
+		if (a->bar_off[i] != EMU_BAR_HOLE)
+			a->bar_off[n++] = a->bar_off[i];
+	return n;
+}
+
+static void emu_alloc_free_pages(struct emu_alloc *a)
+{
+	u32 backed = a->sparse ? emu_alloc_compact(a) : a->npages;
+
+	emu_bar_free_pages(a->page_size, backed, a->bar_off);
 }
 
 static int emu_alloc_zero(const struct emu_alloc *a)
@@ -134,7 +189,8 @@ static int emu_alloc_check(const struct mtgpu_emu_alloc *args, u64 *align)
 	default:
 		return -EINVAL;
 	}
-	if (!args->size || args->flags & ~(MTGPU_EMU_ALLOC_SCATTER | MTGPU_EMU_ALLOC_MANAGED))
+	if (!args->size || args->flags & ~(MTGPU_EMU_ALLOC_SCATTER | MTGPU_EMU_ALLOC_MANAGED |
+					   MTGPU_EMU_ALLOC_SPARSE))
 		return -EINVAL;
 	if (args->align && (!is_power_of_2(args->align) || args->align > EMU_ALIGN_MAX))
 		return -EINVAL;
@@ -151,9 +207,12 @@ static int emu_alloc_back(struct emu_alloc *a, u64 align, bool scatter)
 	if (ret)
 		return ret;
 
-	ret = emu_bar_alloc_pages(a->page_size, a->npages, scatter, a->bar_off);
+	ret = emu_bar_alloc_pages(a->page_size, a->sparse ? (a->npages + 1) / 2 : a->npages,
+				  scatter, a->bar_off);
 	if (ret)
 		return ret;
+	if (a->sparse)
+		emu_alloc_spread(a);
 
 	ret = emu_alloc_zero(a);
 	if (ret)
@@ -161,7 +220,7 @@ static int emu_alloc_back(struct emu_alloc *a, u64 align, bool scatter)
 	return 0;
 
 err_free_pages:
-	emu_bar_free_pages(a->page_size, a->npages, a->bar_off);
+	emu_alloc_free_pages(a);
 	return ret;
 }
 
@@ -200,6 +259,7 @@ int emu_alloc_create(const struct file *file, struct mtgpu_emu_alloc *args)
 	a->page_shift = ilog2(args->page_size);
 	a->npages = npages;
 	a->managed = args->flags & MTGPU_EMU_ALLOC_MANAGED;
+	a->sparse = args->flags & MTGPU_EMU_ALLOC_SPARSE;
 
 	ret = emu_alloc_back(a, align, args->flags & MTGPU_EMU_ALLOC_SCATTER);
 	if (ret)
@@ -225,7 +285,7 @@ static void emu_alloc_destroy(struct emu_alloc *a)
 {
 	lockdep_assert_held(&emu_dev.lock);
 	list_del(&a->node);
-	emu_bar_free_pages(a->page_size, a->npages, a->bar_off);
+	emu_alloc_free_pages(a);
 	emu_dev.nr_allocs--;
 	emu_dev.bytes_allocated -= a->size;
 	put_pid(a->owner);

@@ -12,6 +12,11 @@
 
 #include "emu.h"
 
+bool emu_disable_driver;
+module_param_named(disable_driver, emu_disable_driver, bool, 0444);
+MODULE_PARM_DESC(disable_driver,
+		 "Load without initialising, as mtgpu with disable_driver=1: p2p symbols exported, PCI driver not registered (default: N)");
+
 struct emu_device emu_dev = {
 	.lock = __MUTEX_INITIALIZER(emu_dev.lock),
 	.allocs = LIST_HEAD_INIT(emu_dev.allocs),
@@ -40,6 +45,9 @@ int emu_stats_get(struct mtgpu_emu_stats *st)
 	st->dmabuf_exports = emu_dev.dmabuf_exports;
 	st->dmabuf_mappings = emu_dev.nr_dmabuf_mappings;
 	st->freed_while_exported = emu_dev.freed_while_exported;
+	st->get_pages_refused = emu_dev.get_pages_refused;
+	st->put_pages_mmap_locked = emu_dev.put_pages_mmap_locked;
+	st->get_pages_while_disabled = emu_dev.get_pages_while_disabled;
 out_unlock:
 	mutex_unlock(&emu_dev.lock);
 	return ret;
@@ -53,6 +61,10 @@ static int __init emu_init(void)
 	if (ret)
 		return ret;
 
+	if (emu_disable_driver) {
+		pr_notice("loaded with disable_driver=1: PCI driver not registered\n");
+		return 0;
+	}
 	ret = emu_pci_register();
 	if (ret)
 		goto err_chardev_unregister;
@@ -70,7 +82,8 @@ err_chardev_unregister:
  */
 static void __exit emu_exit(void)
 {
-	emu_pci_unregister();
+	if (!emu_disable_driver)
+		emu_pci_unregister();
 	emu_chardev_unregister();
 	emu_p2p_drop_all();
 

@@ -3,27 +3,54 @@
  * mtgpu_emu: the provider API mtgdrdrv links against, with mtgpu's exact types and plain
  * EXPORT_SYMBOL, and the faults tests can make it show.
  *
- * Behaviour follows what is known of the real driver (reference/musa.md section 1.3):
- * get_pages resolves gpu_va in the calling process, refuses managed memory (-EINVAL), pins the
- * whole allocation and returns one CPU physical address per page of the allocation's page size,
- * the first being the page that holds gpu_va; put_pages unpins and frees, using gpu_va only for
- * logging. Both may sleep.
+ * By default it behaves as the measured vendor driver (2.7.0) does (README.md, "The provider
+ * as measured"):
+ * - get_pages resolves gpu_va among the GPU mappings of the calling thread group only;
+ * - page_size is the allocation's own (4 KiB, 64 KiB or 2 MiB here);
+ * - neither gpu_va nor length need be aligned; the array has
+ *   ((gpu_va % ps) + length + ps - 1) / ps entries, and entry 0 is the physical address of
+ *   gpu_va itself, in-page offset included; the others are page bases;
+ * - holes of sparse allocations are skipped: the array is compacted;
+ * - the array is allocated (kcalloc, so a huge length WARNs in the page allocator) before
+ *   the range is checked against the allocation;
+ * - every refused call logs one line, not rate-limited, and managed memory is refused;
+ * - put_pages needs no particular context and uses gpu_va only in its messages.
+ * Module parameters switch to the other behaviours a driver may have: p2p_entry0_page_base
+ * (entry 0 is the base of gpu_va's page) and p2p_short_count (drivers 2.1.2 to 2.6.0:
+ * ceil(length / ps) entries, one short when gpu_va is not page aligned). Loaded with
+ * disable_driver=1, nothing is initialised, and a get_pages call, which oopses on the real
+ * driver, WARNs and fails.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/bug.h>
 #include <linux/export.h>
+#include <linux/io.h>		/* page_to_phys */
 #include <linux/kernel.h>
 #include <linux/log2.h>
-#include <linux/mm.h>		/* kv*alloc before 5.16 */
+#include <linux/math64.h>
+#include <linux/mm.h>
+#include <linux/mm_types.h>
+#include <linux/module.h>
 #include <linux/pid.h>
 #include <linux/printk.h>
+#include <linux/rwsem.h>
 #include <linux/sched.h>
 #include <linux/sched/signal.h>
 #include <linux/sizes.h>
 #include <linux/slab.h>
 
 #include "emu.h"
+
+static bool emu_entry0_page_base;
+module_param_named(p2p_entry0_page_base, emu_entry0_page_base, bool, 0644);
+MODULE_PARM_DESC(p2p_entry0_page_base,
+		 "cpu_pa_array[0] is the base of gpu_va's page, not gpu_va's own address (default: N, as the vendor driver)");
+
+static bool emu_short_count;
+module_param_named(p2p_short_count, emu_short_count, bool, 0644);
+MODULE_PARM_DESC(p2p_short_count,
+		 "Entry count ceil(length / page_size), as drivers 2.1.2-2.6.0 (default: N, as 2.7.0)");
 
 #define EMU_PIN_MAGIC 0x6d747032		/* "mtp2" */
 #define EMU_BAD_VERSION MTGPU_P2P_VERSION(2, 0)
@@ -43,7 +70,7 @@ int emu_fault_set(u32 kind, u32 count)
 {
 	int ret = 0;
 
-	if (kind > MTGPU_EMU_FAULT_BAD_PAGE_SIZE)
+	if (kind > MTGPU_EMU_FAULT_MAX)
 		return -EINVAL;
 
 	mutex_lock(&emu_dev.lock);
@@ -68,8 +95,18 @@ static u32 emu_bad_page_size(u32 page_size)
 	return is_power_of_2(bad) ? bad + SZ_4K : bad;
 }
 
+/* The page after the last entry's page: a table-sized BAR address that should not be there. */
+static u64 emu_next_page(const struct emu_pin *pin, u32 last)
+{
+	u64 ps = pin->pt.page_size;
+
+	return (pin->pa[last] & ~(ps - 1)) + ps;
+}
+
 static void emu_pin_apply_fault(struct emu_pin *pin, u32 fault)
 {
+	u32 last = pin->pt.array_count - 1;
+
 	switch (fault) {
 	case MTGPU_EMU_FAULT_BAD_VERSION:
 		pin->issued_version = EMU_BAD_VERSION;
@@ -78,41 +115,102 @@ static void emu_pin_apply_fault(struct emu_pin *pin, u32 fault)
 	case MTGPU_EMU_FAULT_BAD_PAGE_SIZE:
 		pin->pt.page_size = emu_bad_page_size(pin->pt.page_size);
 		break;
+	case MTGPU_EMU_FAULT_PA_RAM:
+		pin->pa[last] = page_to_phys(ZERO_PAGE(0));
+		break;
+	case MTGPU_EMU_FAULT_PA_ZERO:
+		pin->pa[last] = 0;
+		break;
+	case MTGPU_EMU_FAULT_PA_OUTSIDE_BAR:
+		pin->pa[last] = emu_dev.bar_phys + emu_dev.bar_size;
+		break;
+	case MTGPU_EMU_FAULT_PA_REPEAT:
+		if (last)
+			pin->pa[last] = pin->pa[0] & ~((u64)pin->pt.page_size - 1);
+		break;
+	case MTGPU_EMU_FAULT_NULL_ARRAY:
+		pin->pt.cpu_pa_array = NULL;
+		break;
+	case MTGPU_EMU_FAULT_BAD_COUNT:
+		/* emu_pin_create() left room for this entry. */
+		pin->pa[last + 1] = emu_next_page(pin, last);
+		pin->pt.array_count++;
+		break;
 	}
 }
 
-/* A page table for [gpu_va, gpu_va + length), which lies inside @a. */
-static struct emu_pin *emu_pin_create(struct emu_alloc *a, u64 gpu_va, u64 length)
+/* Entries a table of [gpu_va, gpu_va + length) has, by the configured driver generation. */
+static u64 emu_entry_count(u64 gpu_va, u64 length, u64 ps)
+{
+	if (READ_ONCE(emu_short_count))
+		return div64_u64(length, ps) + !!(length & (ps - 1));
+	return div64_u64((gpu_va & (ps - 1)) + length + ps - 1, ps);
+}
+
+/*
+ * Fills the array of a table of [gpu_va, ...) in @a with up to @count entries, skipping holes;
+ * returns how many it wrote.
+ */
+static u32 emu_fill_array(const struct emu_alloc *a, u64 gpu_va, u32 count, u64 *pa)
 {
 	u64 ps = a->page_size;
-	u32 first = (gpu_va - a->va) >> a->page_shift;
-	u32 count = ((gpu_va & (ps - 1)) + length + ps - 1) >> a->page_shift;
+	u32 page = (gpu_va - a->va) >> a->page_shift;
+	u32 i, n = 0;
+
+	for (i = 0; i < count && page + i < a->npages; i++) {
+		if (a->bar_off[page + i] == EMU_BAR_HOLE)
+			continue;
+		pa[n++] = emu_dev.bar_phys + a->bar_off[page + i];
+	}
+	/* The vendor driver's entry 0 is gpu_va's own address when its page is backed. */
+	if (n && a->bar_off[page] != EMU_BAR_HOLE && !READ_ONCE(emu_entry0_page_base))
+		pa[0] += gpu_va & (ps - 1);
+	return n;
+}
+
+/*
+ * A page table for [gpu_va, gpu_va + length) of @a, which holds gpu_va. As the real driver,
+ * the array is allocated before the range is checked: a huge length fails here (with the
+ * page allocator's warning), not with -EINVAL.
+ */
+static int emu_pin_create(struct emu_alloc *a, u64 gpu_va, u64 length, u32 fault,
+			  struct emu_pin **pinp)
+{
+	u64 count = emu_entry_count(gpu_va, length, a->page_size);
 	struct emu_pin *pin;
-	u32 i;
+	u32 n;
 
 	lockdep_assert_held(&emu_dev.lock);
 	pin = kzalloc(sizeof(*pin), GFP_KERNEL);
 	if (!pin)
-		return NULL;
+		return -ENOMEM;
 
-	pin->pa = kvcalloc(count, sizeof(*pin->pa), GFP_KERNEL);
+	/* One spare entry for MTGPU_EMU_FAULT_BAD_COUNT. */
+	pin->pa = kcalloc(count + 1, sizeof(*pin->pa), GFP_KERNEL);
 	if (!pin->pa)
 		goto err_free_pin;
+	if (length > a->size - (gpu_va - a->va)) {
+		kfree(pin->pa);
+		kfree(pin);
+		return -EINVAL;
+	}
 
-	for (i = 0; i < count; i++)
-		pin->pa[i] = emu_dev.bar_phys + a->bar_off[first + i];
+	n = emu_fill_array(a, gpu_va, count, pin->pa);
 	pin->magic = EMU_PIN_MAGIC;
 	pin->issued_version = MTGPU_P2P_PAGE_TABLE_VERSION;
 	pin->alloc = a;
 	pin->pt.version = MTGPU_P2P_PAGE_TABLE_VERSION;
 	pin->pt.page_size = a->page_size;
 	pin->pt.cpu_pa_array = pin->pa;
-	pin->pt.array_count = count;
-	return pin;
+	pin->pt.array_count = n;
+	if (n)
+		emu_pin_apply_fault(pin, fault);
+	*pinp = pin;
+	return 0;
 
 err_free_pin:
 	kfree(pin);
-	return NULL;
+	return -ENOMEM;
 }
 
 static void emu_pin_destroy(struct emu_pin *pin)
@@ -123,7 +221,7 @@ static void emu_pin_destroy(struct emu_pin *pin)
 	if (pin->alloc)
 		emu_alloc_unpin(pin->alloc);
 	pin->magic = 0;
-	kvfree(pin->pa);
+	kfree(pin->pa);
 	kfree(pin);
 }
 
@@ -142,52 +240,74 @@ static struct emu_pin *emu_pin_lookup(const struct mtgpu_p2p_page_table *pt)
 	return NULL;
 }
 
-int mtgpu_p2p_get_pages(u64 gpu_va, u64 length, struct mtgpu_p2p_page_table **page_table_ptr)
+/* Called while disabled: the real driver dereferences NULL here. */
+static int emu_get_pages_disabled(void)
+{
+	mutex_lock(&emu_dev.lock);
+	emu_dev.get_pages_while_disabled++;
+	mutex_unlock(&emu_dev.lock);
+	WARN(1, KBUILD_MODNAME ": mtgpu_p2p_get_pages() called while the driver is disabled; the real mtgpu oopses here\n");
+	return -ENODEV;
+}
+
+/* Looks the range up and hands out its table; -errno after logging one line. */
+static int emu_get_pages_locked(u64 gpu_va, u64 length, u32 fault,
+				struct mtgpu_p2p_page_table **page_table_ptr)
 {
 	struct emu_alloc *a;
 	struct emu_pin *pin;
-	u32 fault;
 	int ret;
 
-	might_sleep();
-	mutex_lock(&emu_dev.lock);
-	emu_dev.get_pages_calls++;
-
-	fault = emu_fault_take();
+	lockdep_assert_held(&emu_dev.lock);
 	if (fault == MTGPU_EMU_FAULT_ENOMEM) {
-		ret = -ENOMEM;
-		goto out_unlock;
+		pr_err("[MTGPU P2P][ERROR] injected failure for gpu va:0x%llx\n", gpu_va);
+		return -ENOMEM;
 	}
-	ret = -EINVAL;
-	if (fault == MTGPU_EMU_FAULT_EINVAL)
-		goto out_unlock;
-	if (!page_table_ptr || !length || length > U64_MAX - gpu_va)
-		goto out_unlock;
-
-	a = emu_alloc_find(task_tgid(current), gpu_va, length);
+	if (fault == MTGPU_EMU_FAULT_EINVAL || !page_table_ptr || !length) {
+		pr_err("[MTGPU P2P][ERROR] invalid request for gpu va:0x%llx\n", gpu_va);
+		return -EINVAL;
+	}
+	a = emu_alloc_find_va(task_tgid(current), gpu_va);
 	if (!a) {
-		pr_err_ratelimited("unable to find device memory mapping for gpu va:0x%llx length:0x%llx\n",
-				   gpu_va, length);
-		goto out_unlock;
+		pr_err("[MTGPU P2P][ERROR] unable to find device memory mapping for gpu va:0x%llx\n",
+		       gpu_va);
+		return -EINVAL;
 	}
 	if (a->managed) {
-		pr_err_ratelimited("gpu va:0x%llx is managed memory, which cannot be pinned\n",
-				   gpu_va);
-		goto out_unlock;
+		pr_err("[MTGPU P2P][ERROR] gpu va:0x%llx is not device memory\n", gpu_va);
+		return -EINVAL;
 	}
-
-	pin = emu_pin_create(a, gpu_va, length);
-	if (!pin) {
-		ret = -ENOMEM;
-		goto out_unlock;
+	ret = emu_pin_create(a, gpu_va, length, fault, &pin);
+	if (ret) {
+		pr_err("[MTGPU P2P][ERROR] cannot pin gpu va:0x%llx length:0x%llx: %d\n",
+		       gpu_va, length, ret);
+		return ret;
 	}
-	emu_pin_apply_fault(pin, fault);
 	list_add_tail(&pin->node, &emu_dev.pins);
 	emu_dev.nr_pins++;
 	a->pins++;
 	*page_table_ptr = &pin->pt;
-	ret = 0;
-out_unlock:
+	return 0;
+}
+
+int mtgpu_p2p_get_pages(u64 gpu_va, u64 length, struct mtgpu_p2p_page_table **page_table_ptr)
+{
+	int ret;
+
+	might_sleep();
+	if (emu_disable_driver)
+		return emu_get_pages_disabled();
+
+	mutex_lock(&emu_dev.lock);
+	emu_dev.get_pages_calls++;
+	if (!emu_bound()) {
+		pr_err("[MTGPU P2P][ERROR] no device for gpu va:0x%llx\n", gpu_va);
+		ret = -EINVAL;
+	} else {
+		ret = emu_get_pages_locked(gpu_va, length, emu_fault_take(), page_table_ptr);
+	}
+	if (ret)
+		emu_dev.get_pages_refused++;
 	mutex_unlock(&emu_dev.lock);
 	return ret;
 }
@@ -201,6 +321,13 @@ int mtgpu_p2p_put_pages(u64 gpu_va, struct mtgpu_p2p_page_table *page_table)
 	might_sleep();
 	mutex_lock(&emu_dev.lock);
 	emu_dev.put_pages_calls++;
+	/*
+	 * The real put_pages takes mtgpu's own locks, which its mmap paths hold around mmap_lock:
+	 * a consumer that puts from under mmap_lock (a VMA's close) risks an ABBA deadlock.
+	 * Without lockdep, count it; a test checks the count.
+	 */
+	if (current->mm && rwsem_is_locked(&current->mm->mmap_lock))
+		emu_dev.put_pages_mmap_locked++;
 
 	pin = emu_pin_lookup(page_table);
 	if (!pin) {

@@ -133,7 +133,7 @@ static const struct pci_device_id emu_pci_ids[] = {
 MODULE_DEVICE_TABLE(pci, emu_pci_ids);
 
 static struct pci_driver emu_pci_driver = {
-	.name = KBUILD_MODNAME,
+	.name = "mtgpu",
 	.id_table = emu_pci_ids,
 	.probe = emu_pci_probe,
 	.remove = emu_pci_remove,

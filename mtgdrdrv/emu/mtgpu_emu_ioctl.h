@@ -42,6 +42,19 @@
 #define MTGPU_EMU_ALLOC_MANAGED 2
 
 /**
+ * `mtgpu_emu_alloc.flags`: a sparse allocation: every odd-numbered page (the second, the
+ * fourth, ...) is a hole with no memory behind it. Holes read as zero and ignore writes;
+ * `mtgpu_p2p_get_pages` skips them and returns a compacted array (`array_count` smaller than
+ * the pages the range spans), as the real driver does for sparse allocations.
+ */
+#define MTGPU_EMU_ALLOC_SPARSE 4
+
+/**
+ * The highest fault kind INJECT_FAULT accepts.
+ */
+#define MTGPU_EMU_FAULT_MAX (uint32_t)MTGPU_EMU_FAULT_BAD_COUNT
+
+/**
  * `mtgpu_emu_export_dmabuf.flags`: the dma-buf refuses CPU mmap (its `mmap` fails with
  * EINVAL), as an exporter without CPU access does. Lets tests show how the library reports a
  * refused mmap; whether mtgpu's real dma-bufs accept mmap is unknown.
@@ -73,6 +86,33 @@ enum mtgpu_emu_fault_kind
    * get_pages succeeds but reports a page size that is not a power of two.
    */
   MTGPU_EMU_FAULT_BAD_PAGE_SIZE = 4,
+  /**
+   * get_pages succeeds, but the last entry of the array is the address of a page of system
+   * RAM (the kernel's zero page), as for GPU memory backed by host memory.
+   */
+  MTGPU_EMU_FAULT_PA_RAM = 5,
+  /**
+   * get_pages succeeds, but the last entry of the array is 0.
+   */
+  MTGPU_EMU_FAULT_PA_ZERO = 6,
+  /**
+   * get_pages succeeds, but the last entry of the array is the first page past the BAR.
+   */
+  MTGPU_EMU_FAULT_PA_OUTSIDE_BAR = 7,
+  /**
+   * get_pages succeeds, but the last entry of the array repeats the page of the first (no
+   * effect on a table of one entry).
+   */
+  MTGPU_EMU_FAULT_PA_REPEAT = 8,
+  /**
+   * get_pages succeeds, but `cpu_pa_array` is NULL (`array_count` unchanged).
+   */
+  MTGPU_EMU_FAULT_NULL_ARRAY = 9,
+  /**
+   * get_pages succeeds, but `array_count` is one more than the range needs (the extra entry
+   * exists and holds the page after the last one).
+   */
+  MTGPU_EMU_FAULT_BAD_COUNT = 10,
 };
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 202311L
 typedef enum mtgpu_emu_fault_kind mtgpu_emu_fault_kind;
@@ -189,6 +229,22 @@ struct mtgpu_emu_stats {
    * dma-buf is released).
    */
   __u64 freed_while_exported;
+  /**
+   * get_pages calls that returned an error; each logged one line, as the real driver does.
+   */
+  __u64 get_pages_refused;
+  /**
+   * put_pages calls made while the calling process's mmap_lock was held (by it or by
+   * another of its threads). The real driver takes its own locks in put_pages, so a consumer
+   * must not call it from under mmap_lock (e.g. from a VMA's close).
+   */
+  __u64 put_pages_mmap_locked;
+  /**
+   * get_pages calls while the emulator was loaded with `disable_driver=1`. The real driver
+   * oopses then; the emulator WARNs and returns -ENODEV.
+   */
+  __u64 get_pages_while_disabled;
+  __u64 reserved2;
 };
 
 /**
@@ -225,7 +281,7 @@ struct mtgpu_emu_export_dmabuf {
 #define MTGPU_EMU_IOC_WRITE          0x4020DB04U
 #define MTGPU_EMU_IOC_MEMSET         0x4020DB05U
 #define MTGPU_EMU_IOC_INJECT_FAULT   0x4008DB06U
-#define MTGPU_EMU_IOC_GET_STATS      0x8060DB07U
+#define MTGPU_EMU_IOC_GET_STATS      0x8080DB07U
 #define MTGPU_EMU_IOC_EXPORT_DMABUF  0xC018DB08U
 #define MTGPU_EMU_DEVICE_NAME "mtgpu_emu"
 

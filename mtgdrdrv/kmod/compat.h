@@ -77,4 +77,13 @@ static inline void vm_flags_set(struct vm_area_struct *vma, vm_flags_t flags)
 #endif
 #endif
 
+/*
+ * Linux 5.5, "PCI: Add PCI_STD_NUM_BARS for the number of standard BARs". A
+ * macro, so its absence is the probe.
+ */
+#include <linux/pci.h>
+#ifndef PCI_STD_NUM_BARS
+#define PCI_STD_NUM_BARS 6
+#endif
+
 #endif /* MTGDRDRV_COMPAT_H */

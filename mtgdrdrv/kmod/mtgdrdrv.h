@@ -11,6 +11,7 @@
 #include <linux/compiler.h>
 #include <linux/fs.h>
 #include <linux/list.h>
+#include <linux/llist.h>
 #include <linux/mm_types.h>
 #include <linux/mutex.h>
 #include <linux/printk.h>
@@ -26,13 +27,21 @@
 
 /*
  * Largest accepted pin (bytes, before rounding). Far above any GPU's memory;
- * keeps array_count below 2^28 even with 4 KiB provider pages and keeps the
- * handle arithmetic far from overflow.
+ * keeps the chunk count and the handle arithmetic far from overflow.
  */
 #define MTGDRDRV_MAX_PIN_SIZE		(1ULL << 40)
 
-/* Granule of the first pin attempt: upstream gdrdrv's GPU page. */
-#define MTGDRDRV_PIN_GRANULE		0x10000ULL
+/*
+ * Pins are asked of the provider in chunks of at most this much GPU VA,
+ * aligned to it. mtgpu allocates its address array (8 bytes per page) before
+ * it checks the range: with 4 KiB pages a chunk's array stays at most 2049
+ * entries, an order-3 allocation the page allocator does not fail, whatever
+ * length user space asks for.
+ */
+#define MTGDRDRV_CHUNK_SIZE		(8ULL << 20)
+
+/* Name of mtgpu's PCI driver: its devices' BARs are where pins may point. */
+#define MTGDRDRV_PROVIDER_DRIVER	"mtgpu"
 
 /*
  * Handles (and handle + pages) stay below this, so that handle << PAGE_SHIFT
@@ -40,14 +49,31 @@
  */
 #define MTGDRDRV_HANDLE_LIMIT		(1ULL << (63 - PAGE_SHIFT))
 
+/* A physically contiguous run of a pin, validated (mtgdrdrv_p2p.c). */
+struct mtgdrdrv_extent {
+	u64 pa;
+	u64 len;
+};
+
+/*
+ * One provider page table held by a pin, and the runs of the pin's bytes it
+ * backs, in order. The table is kept only to be put; mapping uses @extents.
+ */
+struct mtgdrdrv_chunk {
+	u64 gpu_va;		/* what get_pages was asked for; put_pages gets it */
+	struct mtgpu_p2p_page_table *pt;
+	u32 nr_extents;
+	struct mtgdrdrv_extent extents[];
+};
+
 /* A range pinned through the provider (mtgdrdrv_p2p.c). */
 struct mtgdrdrv_pages {
-	u64 va;			/* pinned start: addr rounded down to granule */
-	u64 size;		/* pinned length: a multiple of granule */
-	u32 granule;		/* MTGDRDRV_PIN_GRANULE or PAGE_SIZE */
-	unsigned int page_shift; /* log2 of the provider's page_size */
-	cycles_t tm_cycles;	/* duration of the get_pages call (x86) */
-	struct mtgpu_p2p_page_table *pt;
+	u64 va;			/* pinned start: addr rounded down to PAGE_SIZE */
+	u64 size;		/* pinned length: a multiple of PAGE_SIZE */
+	u32 page_size;		/* the provider's page size (first chunk) */
+	cycles_t tm_cycles;	/* duration of the get_pages calls (x86) */
+	u32 nr_chunks;		/* chunks[0..nr_chunks) hold a table */
+	struct mtgdrdrv_chunk **chunks;
 };
 
 /*
@@ -66,6 +92,7 @@ struct mtgdrdrv_pin {
 	unsigned int map_count;		/* live VMAs mapping this pin */
 	u64 memtype_len;		/* bytes with a WC memtype reserved, x86 */
 	bool unpinned;
+	struct llist_node put_node;	/* on the deferred-put list, see pin.c */
 };
 
 /*
@@ -81,7 +108,13 @@ struct mtgdrdrv_file {
 	struct list_head pins;
 	u64 next_handle;
 	bool handle_overflow;
+	unsigned int nr_pins;		/* on @pins, unpinned-but-mapped ones too */
 	struct pid *tgid;		/* thread group of the opener */
+	/*
+	 * The opener's address space (mmgrab'ed): an exec that keeps the file
+	 * open (no O_CLOEXEC) gets a new mm and so loses the pins.
+	 */
+	struct mm_struct *mm;
 	/*
 	 * This file's own address space (filp->f_mapping), so that
 	 * unmap_mapping_range() only reaches this file's VMAs: handles, and
@@ -98,6 +131,10 @@ struct mtgdrdrv_counters {
 	 * one put, so the two are equal whenever nothing is pinned. */
 	atomic64_t get_pages_calls;
 	atomic64_t put_pages_calls;	/* mtgpu_p2p_put_pages() calls */
+	atomic64_t get_pages_refused;	/* get_pages calls that failed */
+	atomic64_t bad_tables;		/* tables refused by validation */
+	atomic64_t provider_unavailable; /* pins refused: mtgpu not initialised */
+	atomic64_t deferred_puts;	/* pins put from the workqueue */
 };
 
 extern struct mtgdrdrv_counters mtgdrdrv_counters;
@@ -119,11 +156,19 @@ extern int mtgdrdrv_info_enabled;
 /* mtgdrdrv_main.c */
 bool mtgdrdrv_is_owner(const struct mtgdrdrv_file *priv);
 
+/* mtgdrdrv_bars.c */
+struct mtgdrdrv_bars;
+struct mtgdrdrv_bars *mtgdrdrv_bars_get(void);
+bool mtgdrdrv_bars_contain(const struct mtgdrdrv_bars *bars, u64 pa, u64 len);
+void mtgdrdrv_bars_free(struct mtgdrdrv_bars *bars);
+bool mtgdrdrv_provider_registered(void);
+
 /* mtgdrdrv_p2p.c */
 int mtgdrdrv_p2p_get(u64 addr, u64 size, struct mtgdrdrv_pages *pages);
 void mtgdrdrv_p2p_put(struct mtgdrdrv_pages *pages);
-phys_addr_t mtgdrdrv_pages_phys(const struct mtgdrdrv_pages *pages, u64 off);
-u64 mtgdrdrv_pages_run(const struct mtgdrdrv_pages *pages, u64 off, u64 max);
+typedef int (*mtgdrdrv_run_fn)(void *ctx, u64 off, phys_addr_t pa, u64 len);
+int mtgdrdrv_pages_for_each_run(const struct mtgdrdrv_pages *pages, u64 len,
+				mtgdrdrv_run_fn fn, void *ctx);
 
 /* mtgdrdrv_pin.c */
 int mtgdrdrv_ioctl_pin_buffer(struct mtgdrdrv_file *priv, void __user *argp);
@@ -141,7 +186,11 @@ struct mtgdrdrv_pin *mtgdrdrv_pin_lookup(struct mtgdrdrv_file *priv,
 struct mtgdrdrv_pin *mtgdrdrv_pin_lookup_pgoff(struct mtgdrdrv_file *priv,
 					       unsigned long pgoff);
 void mtgdrdrv_pin_destroy(struct mtgdrdrv_pin *pin);
+void mtgdrdrv_pin_destroy_deferred(struct mtgdrdrv_pin *pin);
 void mtgdrdrv_pins_release(struct mtgdrdrv_file *priv);
+int mtgdrdrv_pin_init(void);
+void mtgdrdrv_pin_exit(void);
+extern unsigned int mtgdrdrv_max_pins_per_file;
 
 /* mtgdrdrv_mmap.c */
 int mtgdrdrv_mmap(struct file *filp, struct vm_area_struct *vma);

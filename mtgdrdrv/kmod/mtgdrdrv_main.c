@@ -20,9 +20,12 @@
  * Never with mtgdrdrv_file.lock held: copy_{from,to}_user() (a fault takes
  * mmap_lock), mtgpu_p2p_get_pages()/put_pages() (they sleep and take
  * mtgpu's locks), unmap_mapping_range() (i_mmap_rwsem). Never under any
- * spinlock: mtgpu_p2p_get_pages()/put_pages(). get_pages runs only from
- * the pin ioctl, in the owner's context; put_pages may also run from
- * release (any process) and from vm close (under mmap_lock).
+ * spinlock: mtgpu_p2p_get_pages()/put_pages(). Never under mmap_lock:
+ * put_pages (mtgpu's locks must not nest inside it), so a pin whose last
+ * VMA closes is put from a work item. get_pages runs only from the pin
+ * ioctl, in the owner's context (and only while mtgpu's PCI driver is
+ * registered); put_pages also runs from release (any process) and from the
+ * put work item.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -36,6 +39,7 @@
 #include <linux/pid.h>
 #include <linux/proc_fs.h>
 #include <linux/sched.h>
+#include <linux/sched/mm.h>
 #include <linux/seq_file.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
@@ -78,9 +82,14 @@ struct mtgdrdrv_counters mtgdrdrv_counters;
 
 static struct proc_dir_entry *mtgdrdrv_proc_dir;
 
+/*
+ * The opener's thread group in the opener's address space: a forked child,
+ * a process the fd was passed to, and the new image after an exec (which
+ * keeps the fd without O_CLOEXEC) are all refused.
+ */
 bool mtgdrdrv_is_owner(const struct mtgdrdrv_file *priv)
 {
-	return task_tgid(current) == priv->tgid;
+	return task_tgid(current) == priv->tgid && current->mm == priv->mm;
 }
 
 static int mtgdrdrv_ioctl_get_attr(struct mtgdrdrv_file *priv,
@@ -166,13 +175,16 @@ static int mtgdrdrv_open(struct inode *inode, struct file *filp)
 {
 	struct mtgdrdrv_file *priv;
 
-	priv = kzalloc(sizeof(*priv), GFP_KERNEL);
+	priv = kzalloc(sizeof(*priv), GFP_KERNEL_ACCOUNT);
 	if (!priv)
 		return -ENOMEM;
 
 	mutex_init(&priv->lock);
 	INIT_LIST_HEAD(&priv->pins);
 	priv->tgid = get_pid(task_tgid(current));
+	priv->mm = current->mm;
+	if (priv->mm)
+		mmgrab(priv->mm);
 	address_space_init_once(&priv->mapping);
 	priv->mapping.host = inode;
 	priv->mapping.a_ops = inode->i_mapping->a_ops;
@@ -189,6 +201,8 @@ static int mtgdrdrv_release(struct inode *inode, struct file *filp)
 	mtgdrdrv_pins_release(priv);
 	filp->f_mapping = inode->i_mapping;
 	put_pid(priv->tgid);
+	if (priv->mm)
+		mmdrop(priv->mm);
 	mutex_destroy(&priv->lock);
 	kfree(priv);
 	return 0;
@@ -217,6 +231,8 @@ static int mtgdrdrv_params_show(struct seq_file *m, void *v)
 	seq_printf(m, "Version: %s\n", MTGDRDRV_VERSION_STRING);
 	seq_printf(m, "dbg_enabled: %d\n", READ_ONCE(mtgdrdrv_dbg_enabled));
 	seq_printf(m, "info_enabled: %d\n", READ_ONCE(mtgdrdrv_info_enabled));
+	seq_printf(m, "max_pins_per_file: %u\n",
+		   READ_ONCE(mtgdrdrv_max_pins_per_file));
 #ifdef MTGDRDRV_TEST_HOOKS
 	seq_printf(m, "test_report_version: 0x%x\n",
 		   READ_ONCE(mtgdrdrv_test_report_version));
@@ -245,6 +261,14 @@ static int mtgdrdrv_counters_show(struct seq_file *m, void *v)
 		   (long long)atomic64_read(&c->get_pages_calls));
 	seq_printf(m, "put_pages_calls %lld\n",
 		   (long long)atomic64_read(&c->put_pages_calls));
+	seq_printf(m, "get_pages_refused %lld\n",
+		   (long long)atomic64_read(&c->get_pages_refused));
+	seq_printf(m, "bad_tables %lld\n",
+		   (long long)atomic64_read(&c->bad_tables));
+	seq_printf(m, "provider_unavailable %lld\n",
+		   (long long)atomic64_read(&c->provider_unavailable));
+	seq_printf(m, "deferred_puts %lld\n",
+		   (long long)atomic64_read(&c->deferred_puts));
 	return 0;
 }
 
@@ -293,15 +317,21 @@ static int __init mtgdrdrv_init(void)
 {
 	int ret;
 
+	ret = mtgdrdrv_pin_init();
+	if (ret)
+		return ret;
 	mtgdrdrv_proc_init();
 	ret = misc_register(&mtgdrdrv_misc);
 	if (ret) {
 		pr_err("cannot register /dev/%s: %d\n", mtgdrdrv_misc.name,
 		       ret);
 		mtgdrdrv_proc_exit();
+		mtgdrdrv_pin_exit();
 		return ret;
 	}
 	pr_info("version %s loaded\n", MTGDRDRV_VERSION_STRING);
+	if (!mtgdrdrv_provider_registered())
+		pr_warn("mtgpu is loaded but not initialised (its PCI driver is not registered; disable_driver=1?): pins fail until mtgpu is reloaded without disable_driver=1, or after a reboot\n");
 #ifdef MTGDRDRV_TEST_HOOKS
 	pr_notice("built with test hooks (MTGDRDRV_TEST_HOOKS): not for production\n");
 #endif
@@ -312,6 +342,7 @@ static void __exit mtgdrdrv_exit(void)
 {
 	misc_deregister(&mtgdrdrv_misc);
 	mtgdrdrv_proc_exit();
+	mtgdrdrv_pin_exit();
 	mtgdrdrv_check_counters();
 	mtgdrdrv_info("unloaded\n");
 }

@@ -2,6 +2,9 @@
 /*
  * mmap of a pin, and its VMA callbacks.
  *
+ * The pages come from the pin's validated extents (mtgdrdrv_p2p.c), never from
+ * the provider's array. A fatal signal stops a long remap (-EINTR).
+ *
  * The mmap offset selects the pin: vm_pgoff must be a live handle (the
  * library passes handle << PAGE_SHIFT as offset). The mapping starts at the
  * pin's first byte, may be shorter than the pin, must be MAP_SHARED, and
@@ -50,35 +53,44 @@ static pgprot_t mtgdrdrv_pgprot(gdr_mr_type_t type, pgprot_t prot)
 	return pgprot_writecombine(prot);
 }
 
+static int mtgdrdrv_memtype_release_run(void *ctx, u64 off, phys_addr_t pa,
+					u64 len)
+{
+	arch_io_free_memtype_wc(pa, len);
+	return 0;
+}
+
 /* Releases the WC memtype of the runs in bytes [0, len) of the pin. */
 static void mtgdrdrv_memtype_release(struct mtgdrdrv_pin *pin, u64 len)
 {
-	u64 off, run;
+	mtgdrdrv_pages_for_each_run(&pin->pages, len,
+				    mtgdrdrv_memtype_release_run, NULL);
+}
 
-	for (off = 0; off < len; off += run) {
-		run = mtgdrdrv_pages_run(&pin->pages, off, len - off);
-		arch_io_free_memtype_wc(mtgdrdrv_pages_phys(&pin->pages, off),
-					run);
-	}
+/* Reserves one run; on failure, the byte offset reached is in *ctx. */
+static int mtgdrdrv_memtype_reserve_run(void *ctx, u64 off, phys_addr_t pa,
+					u64 len)
+{
+	int ret = arch_io_reserve_memtype_wc(pa, len);
+
+	if (ret)
+		*(u64 *)ctx = off;
+	return ret;
 }
 
 /* Reserves WC for the runs in bytes [0, len) of the pin, all or nothing. */
 static int mtgdrdrv_memtype_reserve_wc(struct mtgdrdrv_pin *pin, u64 len)
 {
-	u64 off, run;
-	phys_addr_t pa;
+	u64 reached = 0;
 	int ret;
 
-	for (off = 0; off < len; off += run) {
-		run = mtgdrdrv_pages_run(&pin->pages, off, len - off);
-		pa = mtgdrdrv_pages_phys(&pin->pages, off);
-		ret = arch_io_reserve_memtype_wc(pa, run);
-		if (ret) {
-			pr_err_ratelimited("cannot reserve WC memtype: %d\n",
-					   ret);
-			mtgdrdrv_memtype_release(pin, off);
-			return ret;
-		}
+	ret = mtgdrdrv_pages_for_each_run(&pin->pages, len,
+					  mtgdrdrv_memtype_reserve_run,
+					  &reached);
+	if (ret) {
+		pr_err_ratelimited("cannot reserve WC memtype: %d\n", ret);
+		mtgdrdrv_memtype_release(pin, reached);
+		return ret;
 	}
 	pin->memtype_len = len;
 	return 0;
@@ -127,13 +139,14 @@ static void mtgdrdrv_vm_close(struct vm_area_struct *vma)
 	pin->map_type = GDR_MR_NONE;
 	if (pin->unpinned) {
 		list_del(&pin->node);
+		priv->nr_pins--;
 		dead = pin;
 	}
 out:
 	mutex_unlock(&priv->lock);
-	/* The pin was unpinned while mapped: its last VMA puts the pages. */
+	/* Unpinned while mapped: its last VMA puts the pages, later. */
 	if (dead)
-		mtgdrdrv_pin_destroy(dead);
+		mtgdrdrv_pin_destroy_deferred(dead);
 }
 
 static const struct vm_operations_struct mtgdrdrv_vm_ops = {
@@ -141,29 +154,44 @@ static const struct vm_operations_struct mtgdrdrv_vm_ops = {
 	.close	= mtgdrdrv_vm_close,
 };
 
+struct mtgdrdrv_remap {
+	struct vm_area_struct *vma;
+	bool per_page;
+};
+
+/* Maps one run at its place in the VMA; stops for a fatal signal. */
+static int mtgdrdrv_remap_run(void *ctx, u64 off, phys_addr_t pa, u64 len)
+{
+	const struct mtgdrdrv_remap *r = ctx;
+	u64 done, step;
+	int ret;
+
+	for (done = 0; done < len; done += step) {
+		step = r->per_page ? PAGE_SIZE : len;
+		ret = io_remap_pfn_range(r->vma, r->vma->vm_start + off + done,
+					 PHYS_PFN(pa + done), step,
+					 r->vma->vm_page_prot);
+		if (ret) {
+			pr_err_ratelimited("io_remap_pfn_range of 0x%llx bytes failed: %d\n",
+					   step, ret);
+			return -EAGAIN;
+		}
+		if (fatal_signal_pending(current))
+			return -EINTR;
+		cond_resched();
+	}
+	return 0;
+}
+
 /* Fills the whole VMA with the pin's pages, from the pin's first byte. */
 static int mtgdrdrv_remap(struct mtgdrdrv_pin *pin, struct vm_area_struct *vma,
 			  bool per_page)
 {
-	u64 len = vma->vm_end - vma->vm_start;
-	u64 off, chunk;
-	phys_addr_t pa;
-	int ret;
+	struct mtgdrdrv_remap r = { .vma = vma, .per_page = per_page };
 
-	for (off = 0; off < len; off += chunk) {
-		chunk = per_page ? PAGE_SIZE :
-			mtgdrdrv_pages_run(&pin->pages, off, len - off);
-		pa = mtgdrdrv_pages_phys(&pin->pages, off);
-		ret = io_remap_pfn_range(vma, vma->vm_start + off, PHYS_PFN(pa),
-					 chunk, vma->vm_page_prot);
-		if (ret) {
-			pr_err_ratelimited("io_remap_pfn_range(0x%llx, 0x%llx) failed: %d\n",
-					   (u64)pa, chunk, ret);
-			return -EAGAIN;
-		}
-		cond_resched();
-	}
-	return 0;
+	return mtgdrdrv_pages_for_each_run(&pin->pages,
+					   vma->vm_end - vma->vm_start,
+					   mtgdrdrv_remap_run, &r);
 }
 
 static int mtgdrdrv_mmap_check(const struct mtgdrdrv_pin *pin,
@@ -173,7 +201,7 @@ static int mtgdrdrv_mmap_check(const struct mtgdrdrv_pin *pin,
 		return -EINVAL;
 	if (pin->map_count)
 		return -EBUSY;
-	/* The pinned address was not aligned to the granule. */
+	/* The pinned address was not aligned to the host page. */
 	if (pin->offset)
 		return -EINVAL;
 	if (vma->vm_end - vma->vm_start > pin->pages.size)

@@ -8,18 +8,50 @@
  * ranges [handle, handle + pages) of one file never overlap, and handles are
  * never reused. Once a pin would cross MTGDRDRV_HANDLE_LIMIT, this pin and
  * every later one on the file fail with -ENOMEM.
+ *
+ * A file holds at most max_pins_per_file pins (unpinned ones still mapped
+ * count); more fail with -ENOSPC.
+ *
+ * Pages are put (mtgpu_p2p_put_pages()) from the ioctl or release that ends
+ * a pin, with no lock held, except when the last VMA of an unpinned pin
+ * closes: that runs under mmap_lock, so the pin goes to a work item instead,
+ * which release and module exit wait for.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/errno.h>
+#include <linux/llist.h>
 #include <linux/lockdep.h>
+#include <linux/moduleparam.h>
 #include <linux/mm.h>
 #include <linux/overflow.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
+#include <linux/workqueue.h>
 
 #include "mtgdrdrv.h"
 #include "mtgdrdrv_arch.h"
+
+unsigned int mtgdrdrv_max_pins_per_file = 65536;
+module_param_named(max_pins_per_file, mtgdrdrv_max_pins_per_file, uint, 0644);
+MODULE_PARM_DESC(max_pins_per_file,
+		 "Pins one open file of /dev/mtgdrdrv may hold (default: 65536)");
+
+static struct workqueue_struct *mtgdrdrv_put_wq;
+static LLIST_HEAD(mtgdrdrv_put_list);
+
+static void mtgdrdrv_put_work_fn(struct work_struct *work)
+{
+	struct llist_node *list = llist_del_all(&mtgdrdrv_put_list);
+	struct mtgdrdrv_pin *pin, *tmp;
+
+	llist_for_each_entry_safe(pin, tmp, list, put_node) {
+		mtgdrdrv_pin_destroy(pin);
+		atomic64_inc(&mtgdrdrv_counters.deferred_puts);
+	}
+}
+
+static DECLARE_WORK(mtgdrdrv_put_work, mtgdrdrv_put_work_fn);
 
 /* What GET_INFO reports, copied out of a pin under the lock. */
 struct mtgdrdrv_pin_info {
@@ -77,6 +109,37 @@ void mtgdrdrv_pin_destroy(struct mtgdrdrv_pin *pin)
 	kfree(pin);
 }
 
+/*
+ * The same, from under mmap_lock (a VMA's close): mtgpu_p2p_put_pages()
+ * takes mtgpu's locks, which must not nest inside mmap_lock, so the put runs
+ * from the work item.
+ */
+void mtgdrdrv_pin_destroy_deferred(struct mtgdrdrv_pin *pin)
+{
+	mtgdrdrv_memtype_free(pin);
+	if (llist_add(&pin->put_node, &mtgdrdrv_put_list))
+		queue_work(mtgdrdrv_put_wq, &mtgdrdrv_put_work);
+}
+
+/* Waits until every deferred put queued so far is done. */
+static void mtgdrdrv_put_flush(void)
+{
+	flush_work(&mtgdrdrv_put_work);
+}
+
+int mtgdrdrv_pin_init(void)
+{
+	mtgdrdrv_put_wq = alloc_workqueue("mtgdrdrv_put", WQ_UNBOUND, 0);
+	return mtgdrdrv_put_wq ? 0 : -ENOMEM;
+}
+
+/* No file is open any more; a put may still be queued by the last close. */
+void mtgdrdrv_pin_exit(void)
+{
+	mtgdrdrv_put_flush();
+	destroy_workqueue(mtgdrdrv_put_wq);
+}
+
 /* Gives @pin the next handle and publishes it; -ENOMEM once out of handles. */
 static int mtgdrdrv_pin_insert(struct mtgdrdrv_file *priv,
 			       struct mtgdrdrv_pin *pin, u64 *handle)
@@ -85,6 +148,10 @@ static int mtgdrdrv_pin_insert(struct mtgdrdrv_file *priv,
 	int ret = 0;
 
 	mutex_lock(&priv->lock);
+	if (priv->nr_pins >= READ_ONCE(mtgdrdrv_max_pins_per_file)) {
+		ret = -ENOSPC;
+		goto out;
+	}
 	if (priv->handle_overflow ||
 	    priv->next_handle + npages >= MTGDRDRV_HANDLE_LIMIT) {
 		priv->handle_overflow = true;
@@ -94,6 +161,7 @@ static int mtgdrdrv_pin_insert(struct mtgdrdrv_file *priv,
 	pin->handle = priv->next_handle;
 	priv->next_handle += npages;
 	list_add_tail(&pin->node, &priv->pins);
+	priv->nr_pins++;
 	*handle = pin->handle;
 out:
 	mutex_unlock(&priv->lock);
@@ -112,6 +180,21 @@ static int mtgdrdrv_pin_check_range(u64 addr, u64 size)
 	return 0;
 }
 
+/* Refuses early, before any provider call, a pin over the file's limit. */
+static int mtgdrdrv_pin_check_limit(struct mtgdrdrv_file *priv)
+{
+	unsigned int limit = READ_ONCE(mtgdrdrv_max_pins_per_file);
+	bool full;
+
+	mutex_lock(&priv->lock);
+	full = priv->nr_pins >= limit;
+	mutex_unlock(&priv->lock);
+	if (full)
+		pr_warn_ratelimited("pin refused: the file holds %u pins, the limit (module parameter max_pins_per_file)\n",
+				    limit);
+	return full ? -ENOSPC : 0;
+}
+
 /* Pins [addr, addr + size) and returns its new handle. */
 static int mtgdrdrv_pin(struct mtgdrdrv_file *priv, u64 addr, u64 size,
 			u64 *handle)
@@ -120,18 +203,19 @@ static int mtgdrdrv_pin(struct mtgdrdrv_file *priv, u64 addr, u64 size,
 	int ret;
 
 	ret = mtgdrdrv_pin_check_range(addr, size);
+	if (!ret)
+		ret = mtgdrdrv_pin_check_limit(priv);
 	if (ret)
 		return ret;
 
-	pin = kzalloc(sizeof(*pin), GFP_KERNEL);
+	pin = kzalloc(sizeof(*pin), GFP_KERNEL_ACCOUNT);
 	if (!pin)
 		return -ENOMEM;
 
 	ret = mtgdrdrv_p2p_get(addr, size, &pin->pages);
 	if (ret) {
-		/* Mostly the caller's mistake (not its memory, managed
-		 * memory): not worth a warning in everyone's log. Provider
-		 * protocol errors were reported with pr_err already. */
+		/* mtgpu logged its own refusal; ours were logged (rate
+		 * limited) where they were decided. */
 		mtgdrdrv_dbg("cannot pin 0x%llx@0x%llx: %d\n", size, addr, ret);
 		goto err_free;
 	}
@@ -182,6 +266,7 @@ static int mtgdrdrv_unpin(struct mtgdrdrv_file *priv, u64 handle)
 	npages = mtgdrdrv_pin_npages(pin);
 	if (!pin->map_count) {
 		list_del(&pin->node);
+		priv->nr_pins--;
 		dead = pin;
 	}
 	mutex_unlock(&priv->lock);
@@ -273,7 +358,7 @@ static int mtgdrdrv_pin_get_info(struct mtgdrdrv_file *priv, u64 handle,
 	if (pin) {
 		info->va = pin->pages.va;
 		info->mapped_size = pin->pages.size;
-		info->page_size = pin->pages.granule;
+		info->page_size = PAGE_SIZE;
 		info->tm_cycles = pin->pages.tm_cycles;
 		info->map_type = pin->map_type;
 	} else {
@@ -380,4 +465,6 @@ void mtgdrdrv_pins_release(struct mtgdrdrv_file *priv)
 		list_del(&pin->node);
 		mtgdrdrv_pin_destroy(pin);
 	}
+	/* The last munmap may have queued this file's last puts. */
+	mtgdrdrv_put_flush();
 }

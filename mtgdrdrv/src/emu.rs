@@ -31,6 +31,11 @@ pub const MTGPU_EMU_ALLOC_SCATTER: u32 = 0x1;
 /// writes and frees like any allocation, but `mtgpu_p2p_get_pages` refuses it with -EINVAL, as
 /// the real driver refuses to pin managed memory.
 pub const MTGPU_EMU_ALLOC_MANAGED: u32 = 0x2;
+/// `mtgpu_emu_alloc.flags`: a sparse allocation: every odd-numbered page (the second, the
+/// fourth, ...) is a hole with no memory behind it. Holes read as zero and ignore writes;
+/// `mtgpu_p2p_get_pages` skips them and returns a compacted array (`array_count` smaller than
+/// the pages the range spans), as the real driver does for sparse allocations.
+pub const MTGPU_EMU_ALLOC_SPARSE: u32 = 0x4;
 
 /// Faults the next `mtgpu_p2p_get_pages` call(s) should show (`mtgpu_emu_fault.kind`).
 #[repr(u32)]
@@ -45,7 +50,25 @@ pub enum mtgpu_emu_fault_kind {
     MTGPU_EMU_FAULT_BAD_VERSION = 3,
     /// get_pages succeeds but reports a page size that is not a power of two.
     MTGPU_EMU_FAULT_BAD_PAGE_SIZE = 4,
+    /// get_pages succeeds, but the last entry of the array is the address of a page of system
+    /// RAM (the kernel's zero page), as for GPU memory backed by host memory.
+    MTGPU_EMU_FAULT_PA_RAM = 5,
+    /// get_pages succeeds, but the last entry of the array is 0.
+    MTGPU_EMU_FAULT_PA_ZERO = 6,
+    /// get_pages succeeds, but the last entry of the array is the first page past the BAR.
+    MTGPU_EMU_FAULT_PA_OUTSIDE_BAR = 7,
+    /// get_pages succeeds, but the last entry of the array repeats the page of the first (no
+    /// effect on a table of one entry).
+    MTGPU_EMU_FAULT_PA_REPEAT = 8,
+    /// get_pages succeeds, but `cpu_pa_array` is NULL (`array_count` unchanged).
+    MTGPU_EMU_FAULT_NULL_ARRAY = 9,
+    /// get_pages succeeds, but `array_count` is one more than the range needs (the extra entry
+    /// exists and holds the page after the last one).
+    MTGPU_EMU_FAULT_BAD_COUNT = 10,
 }
+
+/// The highest fault kind INJECT_FAULT accepts.
+pub const MTGPU_EMU_FAULT_MAX: u32 = mtgpu_emu_fault_kind::MTGPU_EMU_FAULT_BAD_COUNT as u32;
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -120,6 +143,16 @@ pub struct mtgpu_emu_stats {
     /// Allocations freed by their owner while a dma-buf of them lived (memory kept until the
     /// dma-buf is released).
     pub freed_while_exported: __u64,
+    /// get_pages calls that returned an error; each logged one line, as the real driver does.
+    pub get_pages_refused: __u64,
+    /// put_pages calls made while the calling process's mmap_lock was held (by it or by
+    /// another of its threads). The real driver takes its own locks in put_pages, so a consumer
+    /// must not call it from under mmap_lock (e.g. from a VMA's close).
+    pub put_pages_mmap_locked: __u64,
+    /// get_pages calls while the emulator was loaded with `disable_driver=1`. The real driver
+    /// oopses then; the emulator WARNs and returns -ENODEV.
+    pub get_pages_while_disabled: __u64,
+    pub reserved2: __u64,
 }
 
 /// `mtgpu_emu_export_dmabuf.flags`: the dma-buf refuses CPU mmap (its `mmap` fails with
@@ -182,6 +215,6 @@ const _: () = assert!(size_of::<mtgpu_emu_free>() == 8);
 const _: () = assert!(size_of::<mtgpu_emu_rw>() == 32);
 const _: () = assert!(offset_of!(mtgpu_emu_rw, value) == 24);
 const _: () = assert!(size_of::<mtgpu_emu_fault>() == 8);
-const _: () = assert!(size_of::<mtgpu_emu_stats>() == 96);
+const _: () = assert!(size_of::<mtgpu_emu_stats>() == 128);
 const _: () = assert!(size_of::<mtgpu_emu_export_dmabuf>() == 24);
 const _: () = assert!(offset_of!(mtgpu_emu_export_dmabuf, fd) == 20);

@@ -116,6 +116,8 @@ fn kmod_header(root: &Path) -> Result<String> {
             "MTGPU_EMU_PAGE_2M",
             "MTGPU_EMU_ALLOC_SCATTER",
             "MTGPU_EMU_ALLOC_MANAGED",
+            "MTGPU_EMU_ALLOC_SPARSE",
+            "MTGPU_EMU_FAULT_MAX",
             "MTGPU_EMU_EXPORT_NO_MMAP",
         ]
         .map(String::from),

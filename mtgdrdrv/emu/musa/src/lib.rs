@@ -170,9 +170,10 @@ unsafe fn store_str(buf: *mut c_char, len: c_int, s: &str) -> MuResult {
     Ok(())
 }
 
-/// The bus id of the ivshmem device mtgpu_emu is bound to, from sysfs.
+/// The bus id of the ivshmem device mtgpu_emu is bound to, from sysfs (its PCI driver is named
+/// "mtgpu", as the vendor's).
 fn find_pci_bus_id() -> Option<String> {
-    let dir = std::fs::read_dir("/sys/bus/pci/drivers/mtgpu_emu").ok()?;
+    let dir = std::fs::read_dir("/sys/bus/pci/drivers/mtgpu").ok()?;
     dir.flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .find(|n| n.len() == 12 && n.as_bytes()[4] == b':' && n.as_bytes()[7] == b':')
