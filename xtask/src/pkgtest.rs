@@ -673,7 +673,7 @@ step disable_driver
 # in one line; insmod.sh, which runs the same script, must refuse.
 insmod /lib/mtgdrcopy/mtgpu_emu.ko disable_driver=1 || fail "insmod mtgpu_emu disable_driver=1"
 [ "$(cat /sys/module/mtgpu_emu/parameters/disable_driver)" = Y ] || fail "mtgpu_emu's disable_driver does not read Y"
-[ -e /sys/bus/pci/drivers/mtgpu_emu ] && fail "mtgpu_emu registered its PCI driver with disable_driver=1"
+[ -e /sys/bus/pci/drivers/mtgpu ] && fail "mtgpu_emu registered its PCI driver (mtgpu) with disable_driver=1"
 rc=0
 out=$(MTGDRDRV_PROVIDER=mtgpu_emu @LOAD_SCRIPT@ --if-provider 2>&1) || rc=$?
 echo "$out"
@@ -695,6 +695,7 @@ step postinst-load
 # with the modules.dep DKMS's depmod wrote); insmod.sh, through the same script, reloads it.
 insmod /lib/mtgdrcopy/mtgpu_emu.ko || fail "insmod mtgpu_emu"
 [ "$(cat /sys/module/mtgpu_emu/parameters/disable_driver)" = N ] || fail "mtgpu_emu's disable_driver does not read N"
+[ -d /sys/bus/pci/drivers/mtgpu ] || fail "mtgpu_emu did not register its PCI driver (mtgpu)"
 MTGDRDRV_PROVIDER=mtgpu_emu @LOAD_SCRIPT@ --if-provider || fail "the postinst's mtgdrdrv-load failed with mtgpu_emu loaded"
 [ -d /sys/module/mtgdrdrv ] || fail "the postinst's mtgdrdrv-load did not load mtgdrdrv with mtgpu_emu loaded"
 MTGDRDRV_PROVIDER=mtgpu_emu sh /opt/mtgdrcopy/insmod.sh "$KO" || fail "insmod.sh with the provider loaded"
