@@ -7,10 +7,6 @@
 //! driver library that may hold threads and handlers is not safe, and reloading costs.
 //!
 //! Differences from the module backend (also in gdrapi.h and the README):
-//! - pins are rounded to the host page (4 KiB), not to 64 KiB: `info.va` is the pinned
-//!   address rounded down to the host page, `info.page_size` the host page, and a pin maps
-//!   when its address is host-page aligned (`EINVAL` otherwise), where the module needs the
-//!   64 KiB pin granule;
 //! - the mapping type is fixed at pin time: write-combining. `GDR_MAP_FLAG_DEFAULT` and
 //!   `GDR_MAP_FLAG_REQ_WC_MAPPING` map, the other requests fail with `EINVAL`;
 //! - there is no free callback: the dma-buf keeps the memory alive until unpin, so

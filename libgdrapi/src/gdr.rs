@@ -113,7 +113,7 @@ pub struct Info {
     pub va: u64,
     /// Length of the pinned range, rounded up to the pin granule.
     pub mapped_size: u64,
-    /// The pin granule: 65536, or the host page when the allocation is not 64 KiB aligned.
+    /// The pin granule: the host page, on both backends.
     pub page_size: u32,
     /// Deprecated (upstream): time get_pages took, in TSC cycles.
     pub tm_cycles: u64,
@@ -214,8 +214,8 @@ impl PinnedBuffer {
         self.drv.callback_flag(self.handle)
     }
 
-    /// Maps the whole pinned range. The pinned address must have been 64 KiB aligned (or
-    /// aligned to the pin granule), else `EINVAL`.
+    /// Maps the whole pinned range. The pinned address must have been aligned to the pin
+    /// granule (the host page), else `EINVAL`.
     pub fn map(&self, request: MapRequest) -> Result<Mapping<'_>> {
         let size = usize::try_from(self.info()?.mapped_size)
             .map_err(|_| Error::new("map", Errno::EOVERFLOW))?;

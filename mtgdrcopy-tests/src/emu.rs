@@ -59,11 +59,23 @@ impl Emu {
         page_size: u32,
         scatter: bool,
     ) -> Result<u64, Errno> {
+        let flags = if scatter { MTGPU_EMU_ALLOC_SCATTER } else { 0 };
+        self.alloc_flags(size, align, page_size, flags)
+    }
+
+    /// [`Emu::alloc`] with any `MTGPU_EMU_ALLOC_*` flags (e.g. sparse memory).
+    pub fn alloc_flags(
+        &self,
+        size: u64,
+        align: u64,
+        page_size: u32,
+        flags: u32,
+    ) -> Result<u64, Errno> {
         let mut a = mtgpu_emu_alloc {
             size,
             align,
             page_size,
-            flags: if scatter { MTGPU_EMU_ALLOC_SCATTER } else { 0 },
+            flags,
             gpu_va: 0,
         };
         // SAFETY: `a` is a live struct of the type the command copies in and out.

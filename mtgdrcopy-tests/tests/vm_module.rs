@@ -13,6 +13,9 @@ use nix::errno::Errno;
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, ForkResult};
 
+#[path = "vm_module/provider.rs"]
+mod provider;
+
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
 
@@ -172,25 +175,25 @@ fn unaligned_pin_reports_rounded_range_and_cannot_be_mapped() {
         .expect("pin inside the allocation");
     let info = pin.info().expect("info");
     assert_eq!(info.va, va + 65536);
-    assert_eq!(info.mapped_size, 65536);
-    assert_eq!(info.page_size, 65536);
+    assert_eq!(info.mapped_size, 4096);
+    assert_eq!(info.page_size, 4096);
     let err = pin
         .map(MapRequest::Default)
         .err()
         .expect("unaligned pin cannot be mapped");
     assert_eq!(err.errno(), Errno::EINVAL);
     drop(pin);
-    // A range crossing a GPU page is rounded on both sides.
+    // A range crossing a host page is rounded on both sides.
     let pin = gdr.pin(va + 65536 - 8, 16, PinFlags::DEFAULT).expect("pin");
     let info = pin.info().expect("info");
-    assert_eq!((info.va, info.mapped_size), (va, 2 * 65536));
+    assert_eq!((info.va, info.mapped_size), (va + 65536 - 4096, 2 * 4096));
     drop(pin);
     emu.free(va).expect("free");
     assert_no_pins(&emu);
 }
 
-/// An allocation of 4 KiB pages that is not 64 KiB aligned: the module falls back to the host
-/// page granule (gdrapi.h documents it) and the pin can be mapped and used.
+/// An allocation of 4 KiB pages that is not 64 KiB aligned pins on the host page like any other
+/// and can be mapped and used.
 #[test]
 fn small_page_allocation_not_64k_aligned() {
     let emu = Emu::open().expect("emulator");

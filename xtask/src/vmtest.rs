@@ -344,6 +344,19 @@ echo "MTGDRCOPY-REFUSED-MMAP-LINES $n"
 [ "$n" = 1 ] || rc=1
 mtgdrcopy_musainfo --emu-stats | sed 's/^/MTGDRCOPY-COUNTER /'
 rmmod mtgpu_emu || fail "rmmod mtgpu_emu (a dma-buf still holds it?)"
+step disabled
+# mtgpu as its vendor's DKMS post_install leaves it: loaded with disable_driver=1, symbols
+# exported, PCI driver not registered. Pins fail with ENODEV and never reach the provider
+# (a call WARNs in the emulator); the load and the refusals say what to do, rate-limited.
+insmod /lib/mtgdrcopy/mtgpu_emu.ko disable_driver=1 || fail "insmod mtgpu_emu disable_driver=1"
+insmod /lib/mtgdrcopy/mtgdrdrv.ko || fail "insmod mtgdrdrv over a disabled provider"
+for i in $(seq 50); do [ -c /dev/mtgdrdrv ] && break; sleep 0.1; done
+/opt/mtgdrcopy/vm_module --exact provider::disabled_provider_refuses_pins_without_calling_it --ignored --test-threads=1 || rc=1
+n=$(dmesg | grep -c "reload mtgpu without disable_driver=1")
+echo "MTGDRCOPY-DISABLED-LINES $n"
+[ "$n" -ge 2 ] && [ "$n" -le 11 ] || rc=1
+rmmod mtgdrdrv || fail "rmmod mtgdrdrv (disabled provider)"
+rmmod mtgpu_emu || fail "rmmod mtgpu_emu (disable_driver=1)"
 step done
 exit $rc
 "#;
@@ -484,6 +497,7 @@ fn judge(outcome: &vm::VmOutcome, log: &Path) -> Result<()> {
         [
             "test result:",
             "MTGDRCOPY-REFUSED-MMAP-LINES",
+            "MTGDRCOPY-DISABLED-LINES",
             "FAILED",
             "panicked",
             "mtgdrdrv_fuzz",

@@ -329,14 +329,9 @@ impl ApiFuzzer {
             let al = &self.allocs[a];
             al.live && addr >= al.va && end <= al.va + al.size
         })?;
-        let al = &self.allocs[a];
-        let (s64, e64) = (addr & !(K64 - 1), end.div_ceil(K64) * K64);
-        Some(if s64 >= al.va && e64 <= al.va + al.size {
-            (a, s64, e64 - s64, 65536)
-        } else {
-            let (s, e) = (addr & !4095, end.div_ceil(4096) * 4096);
-            (a, s, e - s, 4096)
-        })
+        // Pins are rounded to the host page, whatever the allocation's page size.
+        let (s, e) = (addr & !4095, end.div_ceil(4096) * 4096);
+        Some((a, s, e - s, 4096))
     }
 
     fn op_pin(&mut self) -> Step {

@@ -32,12 +32,17 @@ const OVERVIEW: &str = r#"/*
  *  - Pins never get invalidated: mtgpu has no free callback, so a pin holds its memory until it
  *    is unpinned, even if the allocation is freed (GDR_ATTR_USE_PERSISTENT_MAPPING is 1 and
  *    gdr_get_callback_flag always reports 0). GDR_PIN_FLAG_FORCE_PCIE is not supported (EINVAL).
- *  - Pin granule: a pin is rounded to 64 KiB GPU pages (info.va rounded down, info.mapped_size
- *    rounded up, info.page_size 65536). When the allocation is not 64 KiB aligned and sized, so
- *    that the rounded range would leave it, the driver pins the range rounded to the host page
- *    instead and reports info.page_size = that granule; info.va and mapped_size then follow it.
- *    Either way gdr_map needs the pinned address to be aligned to info.page_size (else EINVAL),
- *    and map_ptr + (addr - info.va) addresses addr.
+ *  - Pin granule: a pin is rounded to the host page, not to 64 KiB GPU pages (info.va rounded
+ *    down, info.mapped_size rounded up, info.page_size = the host page, 4096 on x86), whatever
+ *    page size backs the allocation: mtgpu pins unaligned ranges, and its default GPU page is
+ *    the host page. gdr_map needs the pinned address to be aligned to info.page_size (else
+ *    EINVAL), and map_ptr + (addr - info.va) addresses addr. A 64 KiB aligned pin, as
+ *    upstream's callers make, is unchanged by the rounding.
+ *  - Pins fail with ENODEV while the mtgpu driver is loaded but not initialised
+ *    (disable_driver=1), and with EINVAL when mtgpu's page table holds an address outside its
+ *    devices' memory BARs; a file holds at most max_pins_per_file pins (module parameter,
+ *    default 65536; ENOSPC beyond). An exec that keeps the device fd open loses its pins
+ *    (EACCES), as a forked child does.
  *  - Mappings are write-combining by default; GDR_MAP_FLAG_REQ_DEVICE_MAPPING gives an uncached
  *    mapping, GDR_MAP_FLAG_REQ_CACHE_MAPPING is refused (EOPNOTSUPP: BAR memory is not coherent).
  *    One mapping per handle (EAGAIN); gdr_unmap needs the address and size given to gdr_map.
@@ -57,9 +62,6 @@ const OVERVIEW: &str = r#"/*
  * (muMemGetHandleForAddressRange, libmusa.so.1 loaded at run time) and gdr_map mmaps it.
  * gdr_get_attribute(GDR_ATTR_USING_DMA_BUF_MMAP) reads 1 there. What differs on it from the
  * module backend described above:
- *  - Alignment: pins are rounded to the host page (info.va rounded down, info.mapped_size
- *    rounded up, info.page_size = the host page), and gdr_map needs the pinned address to be
- *    host-page aligned (else EINVAL).
  *  - Mapping type is fixed at pin: write-combining. GDR_MAP_FLAG_DEFAULT and
  *    GDR_MAP_FLAG_REQ_WC_MAPPING map; CACHE and DEVICE requests fail with EINVAL.
  *  - No callback flag: gdr_get_callback_flag reports 0 (the dma-buf keeps the memory until
@@ -141,7 +143,7 @@ fn types() -> Result<String> {
 typedef struct gdr_info_v2 {
     uint64_t va;            /* pinned start, rounded down to page_size */
     uint64_t mapped_size;   /* pinned length, rounded up to page_size */
-    uint32_t page_size;     /* the pin granule: 65536, or the host page (see above) */
+    uint32_t page_size;     /* the pin granule: the host page (see above) */
     uint64_t tm_cycles;     /* deprecated */
     uint32_t cycles_per_ms; /* deprecated */
     unsigned mapped:1;

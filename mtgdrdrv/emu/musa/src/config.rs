@@ -1,6 +1,7 @@
 //! How allocations are backed, from the environment (read once, by `muInit`):
 //!
-//! - `MTGPU_EMU_PAGE_SIZE`: page size of every allocation, 4096, 65536 (default) or 2097152;
+//! - `MTGPU_EMU_PAGE_SIZE`: page size of every allocation, 4096, 65536 or 2097152 (default:
+//!   the host page, as mtgpu's own default GPU page);
 //!   `4K`, `64K`, `2M` and hex (`0x10000`) are accepted too.
 //! - `MTGPU_EMU_ALLOC_ALIGN`: GPU VA alignment of every allocation, a power of two up to 1 TiB
 //!   (default: the page size; the emulator raises a smaller one to the page size).
@@ -58,7 +59,7 @@ impl Config {
 
     pub fn parse(page_size: Option<&str>, align: Option<&str>) -> Result<Config, String> {
         let page_size = match page_size {
-            None => MTGPU_EMU_PAGE_64K,
+            None => host_page(),
             Some(s) => match parse_size(s) {
                 Some(v)
                     if [MTGPU_EMU_PAGE_4K, MTGPU_EMU_PAGE_64K, MTGPU_EMU_PAGE_2M]
@@ -108,14 +109,27 @@ fn parse_size(s: &str) -> Option<u64> {
     digits.parse::<u64>().ok()?.checked_mul(1 << shift)
 }
 
+/// The host page size, which mtgpu backs allocations with by default (`mtgpu_page_size=0`).
+fn host_page() -> u32 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .and_then(|p| u32::try_from(p).ok())
+        .filter(|&p| p == MTGPU_EMU_PAGE_4K || p == MTGPU_EMU_PAGE_64K)
+        .unwrap_or(MTGPU_EMU_PAGE_4K)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn defaults_to_64k_pages_aligned_to_the_page() {
+    fn defaults_to_host_pages_aligned_to_the_page() {
         let c = Config::parse(None, None).unwrap();
-        assert_eq!((c.page_size, c.align), (65536, 65536));
+        let host = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+            .unwrap()
+            .unwrap() as u32;
+        assert_eq!((c.page_size, c.align), (host, u64::from(host)));
         let c = Config::parse(Some("2M"), None).unwrap();
         assert_eq!((c.page_size, c.align), (2 << 20, 2 << 20));
     }
