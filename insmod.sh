@@ -5,15 +5,17 @@
 #
 # MODULE.ko defaults to build/driver/$(uname -r)/mtgdrdrv.ko; parameters such as dbg_enabled=1
 # info_enabled=1 are passed to insmod. A loaded mtgdrdrv is unloaded first. The mtgpu driver
-# must be loaded (mtgdrdrv links against it). /dev/mtgdrdrv is created by udev with the mode of
-# debian/60-mtgdrdrv.rules once that rule is installed (cargo xtask install drv, or the
-# mtgdrdrv-dkms package); without it, udev's default is root-only (0600).
+# must be loaded (mtgdrdrv links against it), and not with disable_driver=1 (its GPU driver is
+# then not initialised, and using mtgdrdrv would oops the kernel): debian/mtgdrdrv-load, which
+# the mtgdrdrv-dkms postinst runs too, decides and loads; it refuses with one line saying why.
+# /dev/mtgdrdrv is created by udev with the mode of debian/60-mtgdrdrv.rules once that rule is
+# installed (cargo xtask install drv, or the mtgdrdrv-dkms package); without it, udev's default
+# is root-only (0600).
 #
 # MTGDRDRV_PROVIDER names the module that provides mtgpu_p2p_get_pages (default mtgpu; the
 # tests use mtgpu_emu, the emulated provider).
 set -eu
 
-provider=${MTGDRDRV_PROVIDER:-mtgpu}
 here=$(cd "$(dirname "$0")" && pwd)
 
 ko=$here/build/driver/$(uname -r)/mtgdrdrv.ko
@@ -28,15 +30,8 @@ if [ ! -f "$ko" ]; then
 	echo "insmod.sh: $ko does not exist; build it with: cargo xtask build driver" >&2
 	exit 1
 fi
-if ! grep -q "^$provider " /proc/modules; then
-	echo "insmod.sh: the $provider driver is not loaded, and mtgdrdrv needs its" \
-		"mtgpu_p2p_get_pages: load it first (modprobe $provider)" >&2
-	exit 1
-fi
-if grep -q '^mtgdrdrv ' /proc/modules; then
-	rmmod mtgdrdrv
-fi
-insmod "$ko" "$@"
+# Exits 2 (provider not loaded) or 3 (loaded with disable_driver=1) without loading anything.
+sh "$here/debian/mtgdrdrv-load" "$ko" "$@"
 
 # udev creates the node; give it up to 10 s.
 i=0

@@ -8,7 +8,8 @@
 //!
 //! The packages:
 //! - `mtgdrdrv-dkms` (all): module sources for DKMS in /usr/src/mtgdrdrv-<version>, udev rule,
-//!   modules-load.d file; postinst builds the module for every kernel with headers.
+//!   modules-load.d file, mtgdrdrv-load (/usr/lib/mtgdrdrv/); postinst builds the module for
+//!   every kernel with headers and loads it through mtgdrdrv-load.
 //! - `libgdrapi` (amd64/arm64, Multi-Arch: same): libgdrapi.so.1 and its links, libgdrapi.a,
 //!   gdrapi.h, gdrapi.pc; shlibs, symbols, ldconfig trigger.
 //! - `mtgdrcopy-tests`: the programs; `libgdrapi (= version)`; no MUSA dependency (dlopen).

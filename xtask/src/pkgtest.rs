@@ -17,9 +17,13 @@
 //!    the DKMS-built module, udevd and the rule from the host root, the tools and libgdrapi.so.1
 //!    from the host root, and the container root's files under /container. udevd runs, so
 //!    /dev/mtgdrdrv must get the rule's group and mode; insmod.sh must refuse to load without
-//!    the provider and then load the DKMS-built module with the emulated one; the installed
-//!    mtgdrcopy_sanity must pass; then in `chroot /container`, with only the two device nodes
-//!    (what `docker run --device` gives), sanity and copybw run against the host's module.
+//!    the provider; with the emulated provider loaded with disable_driver=1 (as Moore Threads'
+//!    DKMS post_install leaves mtgpu), the installed mtgdrdrv-load, run as the postinst runs
+//!    it, must not load mtgdrdrv and say why in one line, and insmod.sh must refuse; with the
+//!    provider loaded normally, mtgdrdrv-load must load the DKMS-built module (modprobe) and
+//!    insmod.sh reload it; the installed mtgdrcopy_sanity must pass; then in
+//!    `chroot /container`, with only the two device nodes (what `docker run --device` gives),
+//!    sanity and copybw run against the host's module.
 //!    The emulated libmusa.so.1 stands in for the MUSA driver's (/usr/lib/mtgdrcopy/emu, on
 //!    LD_LIBRARY_PATH); libgdrapi is found where the package put it.
 //! 4. **Purge.** `apt-get purge` of the four: DKMS no longer knows mtgdrdrv, the module is gone
@@ -40,7 +44,7 @@ use xshell::{cmd, Shell};
 
 use crate::deb::{self, Built};
 use crate::kernel::{self, Kernel};
-use crate::stage::Package;
+use crate::stage::{self, Package};
 use crate::test::Step;
 use crate::workspace::Workspace;
 use crate::{aptrepo, paths, vm, vmtest};
@@ -448,6 +452,7 @@ fn check_dkms_installed(
     for file in [
         "/usr/lib/udev/rules.d/60-mtgdrdrv.rules",
         "/usr/lib/modules-load.d/mtgdrdrv.conf",
+        stage::LOAD_SCRIPT,
     ] {
         ensure!(host.exists(sh, file)?, "{file} is missing");
     }
@@ -524,7 +529,8 @@ fn check_consumer(sh: &Shell, host: &Root, lib: &Built) -> Result<()> {
 }
 
 /// The messages README.md's troubleshooting section quotes, as the guest printed them: the
-/// library's (logging on), insmod.sh's and the kernel's. Each must be there word for word.
+/// library's (logging on), insmod.sh's and mtgdrdrv-load's (with mtgpu for the emulated
+/// provider's name) and the kernel's. Each must be there word for word.
 fn check_readme_quotes(console: &str) -> Result<()> {
     let readme =
         fs::read_to_string(paths::root().join("README.md")).context("reading README.md")?;
@@ -539,10 +545,15 @@ fn check_readme_quotes(console: &str) -> Result<()> {
         let wanted = text.starts_with("ERR:  ")
             || (text.starts_with("DBG:  ") && text.contains("mmap"))
             || text.starts_with("insmod.sh: ")
-            || text.starts_with("mtgdrdrv: Unknown symbol");
+            || text.starts_with("mtgdrdrv: Unknown symbol")
+            || (text.starts_with("mtgdrdrv: ")
+                && (text.contains("driver is not loaded")
+                    || text.contains("loaded with disable_driver=1")));
         if !wanted {
             continue;
         }
+        // mtgdrdrv-load names the provider, the emulated one here; README.md names mtgpu.
+        let text = &text.replace("mtgpu_emu", "mtgpu");
         ensure!(
             readme.lines().any(|l| l.trim() == text),
             "README.md's troubleshooting does not quote this message the guest printed:\n{text}"
@@ -550,7 +561,7 @@ fn check_readme_quotes(console: &str) -> Result<()> {
         quoted += 1;
     }
     ensure!(
-        quoted >= 5,
+        quoted >= 7,
         "the guest printed only {quoted} of the messages README.md quotes"
     );
     Ok(())
@@ -654,7 +665,39 @@ out=$(sh /opt/mtgdrcopy/insmod.sh "$KO" 2>&1) && fail "insmod.sh loaded mtgdrdrv
 echo "$out"
 echo "$out" | grep -q "driver is not loaded" || fail "insmod.sh did not say that mtgpu is missing"
 insmod "$KO" 2>/dev/null && fail "mtgdrdrv loaded without a provider of mtgpu_p2p_get_pages"
+
+step disable_driver
+# The state Moore Threads' DKMS post_install leaves until reboot: the provider loaded with
+# disable_driver=1, its symbols exported but its PCI driver not registered (mtgpu_p2p_get_pages
+# would oops). mtgdrdrv-load, as the postinst runs it, must not load mtgdrdrv and must say why
+# in one line; insmod.sh, which runs the same script, must refuse.
+insmod /lib/mtgdrcopy/mtgpu_emu.ko disable_driver=1 || fail "insmod mtgpu_emu disable_driver=1"
+[ "$(cat /sys/module/mtgpu_emu/parameters/disable_driver)" = Y ] || fail "mtgpu_emu's disable_driver does not read Y"
+[ -e /sys/bus/pci/drivers/mtgpu ] && fail "mtgpu_emu registered its PCI driver (mtgpu) with disable_driver=1"
+rc=0
+out=$(MTGDRDRV_PROVIDER=mtgpu_emu @LOAD_SCRIPT@ --if-provider 2>&1) || rc=$?
+echo "$out"
+[ "$rc" = 3 ] || fail "the postinst's mtgdrdrv-load exited $rc, not 3, with mtgpu_emu's driver disabled"
+[ -d /sys/module/mtgdrdrv ] && fail "the postinst's mtgdrdrv-load loaded mtgdrdrv with mtgpu_emu's driver disabled"
+lines=$(echo "$out" | wc -l)
+[ "$lines" = 1 ] || fail "the postinst's mtgdrdrv-load printed $lines lines, not one"
+echo "$out" | grep -q "loaded with disable_driver=1" || fail "the postinst's mtgdrdrv-load did not say why"
+rc=0
+out=$(MTGDRDRV_PROVIDER=mtgpu_emu sh /opt/mtgdrcopy/insmod.sh "$KO" 2>&1) || rc=$?
+echo "$out"
+[ "$rc" = 3 ] || fail "insmod.sh exited $rc, not 3, with mtgpu_emu's driver disabled"
+[ -d /sys/module/mtgdrdrv ] && fail "insmod.sh loaded mtgdrdrv with mtgpu_emu's driver disabled"
+echo "$out" | grep -q "loaded with disable_driver=1" || fail "insmod.sh did not say that mtgpu_emu's driver is disabled"
+rmmod mtgpu_emu || fail "rmmod mtgpu_emu (loaded with disable_driver=1)"
+
+step postinst-load
+# The provider loaded normally: mtgdrdrv-load as the postinst runs it loads mtgdrdrv (modprobe,
+# with the modules.dep DKMS's depmod wrote); insmod.sh, through the same script, reloads it.
 insmod /lib/mtgdrcopy/mtgpu_emu.ko || fail "insmod mtgpu_emu"
+[ "$(cat /sys/module/mtgpu_emu/parameters/disable_driver)" = N ] || fail "mtgpu_emu's disable_driver does not read N"
+[ -d /sys/bus/pci/drivers/mtgpu ] || fail "mtgpu_emu did not register its PCI driver (mtgpu)"
+MTGDRDRV_PROVIDER=mtgpu_emu @LOAD_SCRIPT@ --if-provider || fail "the postinst's mtgdrdrv-load failed with mtgpu_emu loaded"
+[ -d /sys/module/mtgdrdrv ] || fail "the postinst's mtgdrdrv-load did not load mtgdrdrv with mtgpu_emu loaded"
 MTGDRDRV_PROVIDER=mtgpu_emu sh /opt/mtgdrcopy/insmod.sh "$KO" || fail "insmod.sh with the provider loaded"
 udevadm settle --timeout=10
 node=$(stat -c '%a %G' /dev/mtgdrdrv)
@@ -697,6 +740,13 @@ rmmod mtgpu_emu || fail "rmmod mtgpu_emu"
 step done
 "#;
 
+/// GUEST_SCRIPT with the paths filled in.
+fn guest_script(udevd: &str) -> String {
+    GUEST_SCRIPT
+        .replace("@UDEVD@", udevd)
+        .replace("@LOAD_SCRIPT@", stage::LOAD_SCRIPT)
+}
+
 fn run_vm(sh: &Shell, kernel: &Kernel, host: &Root, container: &Root) -> Result<()> {
     let t = Instant::now();
     let (_, emu) = vmtest::build_modules(sh, kernel)?;
@@ -729,7 +779,12 @@ fn run_vm(sh: &Shell, kernel: &Kernel, host: &Root, container: &Root) -> Result<
         "/etc/group".into(),
         "/tmp/consumer/consumer".into(),
     ]);
-    host_paths.push(format!("/lib/modules/{release}/updates/dkms/mtgdrdrv.ko"));
+    host_paths.extend([
+        format!("/lib/modules/{release}/updates/dkms/mtgdrdrv.ko"),
+        // DKMS's depmod wrote it: the postinst's modprobe (busybox's here) finds mtgdrdrv there.
+        format!("/lib/modules/{release}/modules.dep"),
+        stage::LOAD_SCRIPT.into(),
+    ]);
     let mut files = root_files(sh, host, &host_paths, "", "vm-files")?;
     // The guest's /tmp is a fresh tmpfs, and busybox has its own, smaller setpriv.
     for (_, guest) in files.iter_mut() {
@@ -738,6 +793,14 @@ fn run_vm(sh: &Shell, kernel: &Kernel, host: &Root, container: &Root) -> Result<
             *guest = format!("/opt/mtgdrcopy/{name}");
         }
     }
+    // insmod.sh runs debian/mtgdrdrv-load beside it: there too, the copy the package installed.
+    let load = files
+        .iter()
+        .find(|(_, guest)| guest == stage::LOAD_SCRIPT)
+        .context("mtgdrdrv-load is not among the guest's files")?
+        .0
+        .clone();
+    files.push((load, "/opt/mtgdrcopy/debian/mtgdrdrv-load".to_owned()));
 
     let container_paths = package_files(sh, container, &["libgdrapi", "mtgdrcopy-tests"])?
         .into_iter()
@@ -774,7 +837,7 @@ fn run_vm(sh: &Shell, kernel: &Kernel, host: &Root, container: &Root) -> Result<
 
     let mut spec = vm::VmSpec::new(kernel.clone());
     spec.files = files;
-    spec.script = GUEST_SCRIPT.replace("@UDEVD@", &udevd);
+    spec.script = guest_script(&udevd);
     spec.ivshmem_mb = 256;
     spec.timeout = Duration::from_secs(600);
     let log = paths::build_dir()
@@ -789,7 +852,6 @@ fn run_vm(sh: &Shell, kernel: &Kernel, host: &Root, container: &Root) -> Result<
     {
         eprintln!("      /dev/mtgdrdrv: mode {node} (udev, debian/60-mtgdrdrv.rules)");
     }
-    check_readme_quotes(&console)?;
     outcome.ensure_no_kernel_problems(&log)?;
     if outcome.exit_code != Some(0) {
         bail!(
@@ -799,5 +861,29 @@ fn run_vm(sh: &Shell, kernel: &Kernel, host: &Root, container: &Root) -> Result<
             log.display()
         );
     }
-    Ok(())
+    // Last: a guest that stopped early printed fewer of the messages, which says less than why.
+    check_readme_quotes(&console)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The VM runs mtgdrdrv-load exactly as the postinst does, and the postinst loads mtgdrdrv
+    /// only through it.
+    #[test]
+    fn guest_runs_mtgdrdrv_load_as_the_postinst_does() {
+        let call = "@LOAD_SCRIPT@ --if-provider";
+        let postinst =
+            fs::read_to_string(paths::root().join("debian/mtgdrdrv-dkms/postinst.in")).unwrap();
+        assert_eq!(postinst.matches(call).count(), 1);
+        assert!(
+            !postinst.contains("modprobe"),
+            "the postinst loads mtgdrdrv itself"
+        );
+        assert_eq!(GUEST_SCRIPT.matches(call).count(), 2);
+        let script = guest_script("/usr/lib/systemd/systemd-udevd");
+        assert!(!script.contains('@'), "a placeholder is left:\n{script}");
+        assert!(script.contains(&format!("{} --if-provider", stage::LOAD_SCRIPT)));
+    }
 }

@@ -6,10 +6,12 @@
 //!
 //! Sources: `mtgdrdrv/kmod/` (module sources), `dkms/dkms.conf.in`, `libgdrapi/` (library,
 //! header, `gdrapi.pc.in`), the release binaries of `mtgdrcopy-tests`, and `debian/` (udev
-//! rule, modules-load.d file, copyright, per-package changelog, maintainer script templates,
-//! symbols, lintian overrides). Versions come from the crates only.
+//! rule, modules-load.d file, mtgdrdrv-load, copyright, per-package changelog, maintainer
+//! script templates, symbols, lintian overrides). Versions come from the crates only.
 
 mod manpage;
+#[cfg(test)]
+mod mtgdrdrv_load;
 
 use std::fs;
 use std::io::Write;
@@ -241,6 +243,11 @@ fn stage_kmod(ws: &Workspace, tree: &Path) -> Result<()> {
         0o644,
     )?;
     put_file(
+        &debian.join("mtgdrdrv-load"),
+        &tree.join(LOAD_SCRIPT.trim_start_matches('/')),
+        0o755,
+    )?;
+    put_file(
         &paths::root().join("mtgdrdrv/kmod/README.md"),
         &tree.join("usr/share/doc/mtgdrdrv-dkms/README.md"),
         0o644,
@@ -248,12 +255,17 @@ fn stage_kmod(ws: &Workspace, tree: &Path) -> Result<()> {
     maintainer_scripts(version, &Package::Kmod.control_dir())
 }
 
-/// postinst and prerm from their templates in debian/mtgdrdrv-dkms/, version filled in.
+/// Where mtgdrdrv-dkms installs debian/mtgdrdrv-load, which decides whether mtgdrdrv may be
+/// loaded and loads it; the postinst runs it from there (`@LOAD_SCRIPT@` in postinst.in).
+pub const LOAD_SCRIPT: &str = "/usr/lib/mtgdrdrv/mtgdrdrv-load";
+
+/// postinst and prerm from their templates in debian/mtgdrdrv-dkms/, version and the path of
+/// mtgdrdrv-load filled in.
 fn maintainer_scripts(version: &str, control_dir: &Path) -> Result<()> {
     for script in ["postinst", "prerm"] {
         let text = template(
             &Package::Kmod.debian_dir().join(format!("{script}.in")),
-            &[("VERSION", version)],
+            &[("VERSION", version), ("LOAD_SCRIPT", LOAD_SCRIPT)],
         )?;
         put_text(&control_dir.join(script), &text, 0o755)?;
     }
