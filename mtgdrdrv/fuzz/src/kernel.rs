@@ -18,6 +18,9 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use mtgdrdrv::emu::*;
+
+/// mtgdrdrv asks mtgpu for a pin in chunks of this much GPU VA, aligned to it.
+const PIN_CHUNK: u64 = 8 << 20;
 use mtgdrdrv::*;
 
 use crate::emu::{bytes_of, Emu};
@@ -2096,6 +2099,11 @@ impl Worker {
             .filter(|p| p.state != PinState::Dead)
             .collect();
         let want_pins = pins.len() as i64;
+        // The provider holds one table per 8 MiB chunk of GPU VA a pin spans.
+        let want_tables: u64 = pins
+            .iter()
+            .map(|p| (p.va + p.size - 1) / PIN_CHUNK - p.va / PIN_CHUNK + 1)
+            .sum();
         let c = sys::module_counters_settled(want_pins)
             .map_err(|e| Finding(format!("counters: {e}")))?;
         let want_bytes: i64 = pins.iter().map(|p| p.size as i64).sum();
@@ -2124,9 +2132,9 @@ impl Worker {
             .count() as u64;
         let live = self.allocs.iter().filter(|a| a.live).count() as u64;
         let want_allocs = live + lingering + self.cfg.foreign_allocs;
-        if s.pins_outstanding != want_pins as u64 || s.allocations != want_allocs {
+        if s.pins_outstanding != want_tables || s.allocations != want_allocs {
             finding!(
-                "emulator stats {s:?}, model: pins {want_pins}, allocations {want_allocs} \
+                "emulator stats {s:?}, model: tables {want_tables}, allocations {want_allocs} \
                  ({live} live, {lingering} freed while pinned, {} foreign)",
                 self.cfg.foreign_allocs
             );
