@@ -281,6 +281,41 @@ int emu_dmabuf_export(struct mtgpu_emu_export_dmabuf __user *uarg)
 	return 0;
 }
 
+/*
+ * A reference on the file of @exp's dma-buf, or NULL if it has none left or none yet.
+ *
+ * The file's memory is still there: the dma-buf core calls our ->release, which takes
+ * emu_dev.lock to unlist @exp, before it frees the dma-buf and its file. But its last
+ * reference may be gone already, the release under way and waiting for our lock, and its
+ * inode (the address space of its mappings) freed: hence a reference only if one is left.
+ * None left means no mapping either, since each VMA holds one.
+ */
+static struct file *emu_export_get_file(struct emu_export *exp)
+{
+	lockdep_assert_held(&emu_dev.lock);
+	if (!exp->dmabuf)	/* EXPORT_DMABUF is still creating it */
+		return NULL;
+	return get_file_active(&exp->dmabuf->file);
+}
+
+/* Zaps every PTE of @exp's mappings; a later access faults. */
+static void emu_export_zap(struct emu_export *exp)
+{
+	struct file *file;
+
+	lockdep_assert_held(&emu_dev.lock);
+	file = emu_export_get_file(exp);
+	if (!file)
+		return;
+	unmap_mapping_range(file->f_mapping, 0, 0, 1);
+	/*
+	 * Never the release itself, even if ours was the last reference: fput() leaves __fput()
+	 * to task work or to the delayed-fput worker, so the dma-buf's ->release, which takes
+	 * emu_dev.lock, runs after our caller dropped it.
+	 */
+	fput(file);
+}
+
 /* The BAR is going away: forget the memory of every export and zap its mappings. */
 void emu_dmabuf_orphan_all(void)
 {
@@ -291,8 +326,7 @@ void emu_dmabuf_orphan_all(void)
 		pr_warn("BAR removed with %llu dma-bufs exported\n", emu_dev.nr_dmabufs);
 	list_for_each_entry(exp, &emu_dev.exports, node) {
 		exp->alloc = NULL;
-		if (exp->dmabuf)	/* NULL while EXPORT_DMABUF is still creating it */
-			unmap_mapping_range(exp->dmabuf->file->f_mapping, 0, 0, 1);
+		emu_export_zap(exp);
 	}
 }
 
