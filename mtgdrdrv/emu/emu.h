@@ -161,6 +161,11 @@ int emu_fault_set(u32 kind, u32 count);
 void emu_p2p_orphan_pins(void);
 void emu_p2p_drop_all(void);
 
+/* emu_alloc.bar_off[] of a hole of a sparse allocation: a page with no memory behind it. */
+#ifndef EMU_BAR_HOLE
+#define EMU_BAR_HOLE ((u64)-1)
+#endif
+
 /* emu_dmabuf.c: EXPORT_DMABUF */
 int emu_dmabuf_export(struct mtgpu_emu_export_dmabuf __user *uarg);
 void emu_dmabuf_orphan_all(void);

@@ -280,7 +280,22 @@ static const struct dma_buf_ops emu_dmabuf_ops_no_mmap = {
 	.release = emu_dmabuf_release,
 };
 
-/* Records an export of @args' range and takes its reference on the allocation. */
+/* Whether [off, off + size) of @a, size > 0, touches a hole of a sparse allocation. */
+static bool emu_range_has_hole(const struct emu_alloc *a, u64 off, u64 size)
+{
+	u32 last = (off + size - 1) >> a->page_shift;
+	u32 i;
+
+	for (i = off >> a->page_shift; i <= last; i++)
+		if (a->bar_off[i] == EMU_BAR_HOLE)
+			return true;
+	return false;
+}
+
+/*
+ * Records an export of @args' range and takes its reference on the allocation. A range that
+ * touches a hole is refused: no memory lies behind a hole, so its mapping could offer none.
+ */
 static struct emu_export *emu_export_create(const struct mtgpu_emu_export_dmabuf *args)
 {
 	struct emu_export *exp;
@@ -297,7 +312,7 @@ static struct emu_export *emu_export_create(const struct mtgpu_emu_export_dmabuf
 		goto err_unlock;
 	}
 	a = emu_alloc_find(task_tgid(current), args->gpu_va, args->size);
-	if (!a || a->managed) {
+	if (!a || a->managed || emu_range_has_hole(a, args->gpu_va - a->va, args->size)) {
 		ret = -EINVAL;
 		goto err_unlock;
 	}
