@@ -13,6 +13,9 @@ use nix::errno::Errno;
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, ForkResult};
 
+#[path = "vm_module/emu_dmabuf.rs"]
+mod emu_dmabuf;
+
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
 
