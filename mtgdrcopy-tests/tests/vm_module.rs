@@ -13,6 +13,8 @@ use nix::errno::Errno;
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, ForkResult};
 
+#[path = "vm_module/emu_dmabuf.rs"]
+mod emu_dmabuf;
 #[path = "vm_module/provider.rs"]
 mod provider;
 

@@ -6,6 +6,7 @@
 #ifndef MTGPU_EMU_COMPAT_H
 #define MTGPU_EMU_COMPAT_H
 
+#include <linux/fs.h>
 #include <linux/mm.h>
 #include <linux/module.h>
 
@@ -19,6 +20,19 @@
 static inline void vm_flags_set(struct vm_area_struct *vma, vm_flags_t flags)
 {
 	vma->vm_flags |= flags;
+}
+#endif
+
+/*
+ * A reference on *f if it still has one, else NULL: the file may be on its way to release.
+ * Linux 6.7, "file: convert to SLAB_TYPESAFE_BY_RCU", added get_file_active() for that and
+ * made get_file_rcu() take the address of an RCU-protected pointer; before, get_file_rcu(file)
+ * was the same increment-unless-zero of f_count. Probe: get_file_active.c.
+ */
+#ifndef MTGDRDRV_HAVE_GET_FILE_ACTIVE
+static inline struct file *get_file_active(struct file **f)
+{
+	return get_file_rcu(*f) ? *f : NULL;
 }
 #endif
 

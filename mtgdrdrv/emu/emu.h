@@ -46,9 +46,7 @@ struct pid;
 #define EMU_ALIGN_MAX (1ULL << 40)
 
 /* bar_off[] of a hole of a sparse allocation (MTGPU_EMU_ALLOC_SPARSE): no memory behind it. */
-#ifndef EMU_BAR_HOLE
 #define EMU_BAR_HOLE ((u64)-1)
-#endif
 
 /* Largest piece of BAR one ioctl step maps and copies while holding the lock. */
 #define EMU_IO_CHUNK (256 * 1024)
