@@ -40,8 +40,8 @@ const MIB: u64 = 1024 * KIB;
 /// The host page (x86-64).
 const PAGE: usize = 4096;
 
-/// `MTGPU_EMU_ALLOC_SPARSE` (every odd page a hole), as the emulator's ABI is to define it.
-const ALLOC_SPARSE: u32 = 4;
+/// Every odd page a hole.
+const ALLOC_SPARSE: u32 = mtgdrdrv::emu::MTGPU_EMU_ALLOC_SPARSE;
 
 const PAT_LIST: &str = "/sys/kernel/debug/x86/pat_memtype_list";
 
@@ -580,14 +580,7 @@ fn export_refuses_a_range_with_a_hole() {
     let at_start = live(&emu);
     for page_size in [MTGPU_EMU_PAGE_4K, MTGPU_EMU_PAGE_64K] {
         let ps = u64::from(page_size);
-        let va = match alloc_flags(&dev, 4 * ps, page_size, ALLOC_SPARSE) {
-            Ok(va) => va,
-            Err(Errno::EINVAL) => {
-                eprintln!("note: ALLOC does not take MTGPU_EMU_ALLOC_SPARSE yet; not checked");
-                return;
-            }
-            Err(e) => panic!("sparse alloc: {e}"),
-        };
+        let va = alloc_flags(&dev, 4 * ps, page_size, ALLOC_SPARSE).expect("sparse alloc");
         // Pages 1 and 3 are holes.
         let first = export(&dev, va, ps).expect("the first page is backed");
         let third = export(&dev, va + 2 * ps, ps).expect("the third page is backed");
