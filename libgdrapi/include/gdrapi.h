@@ -150,7 +150,7 @@ typedef gdr_info_v2_t gdr_info_t;
 
 /**
  * CUDA's `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`. MUSA's value is not public; its other device
- * attributes and error codes mirror CUDA's (reference/musa.md §2.2). Unverified on hardware.
+ * attributes and error codes mirror CUDA's (docs/musa-abi.md). Unverified on hardware.
  */
 #define MU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 124
 

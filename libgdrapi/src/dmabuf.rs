@@ -26,7 +26,7 @@
 //! is reported in one log line that says so and what to use instead.
 //!
 //! The pointer's device is not queried: `MU_POINTER_ATTRIBUTE_DEVICE_ORDINAL`'s value is not
-//! public (reference/musa.md §2.3). The range is exported in the calling thread's current
+//! public (docs/musa-abi.md). The range is exported in the calling thread's current
 //! context; without one, in the primary context of the first device that supports dma-buf,
 //! retained for the call. With several GPUs, make the owning device's context current.
 
@@ -55,7 +55,7 @@ type MUdevice = c_int;
 type MUcontext = *mut c_void;
 
 /// CUDA's `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`. MUSA's value is not public; its other device
-/// attributes and error codes mirror CUDA's (reference/musa.md §2.2). Unverified on hardware.
+/// attributes and error codes mirror CUDA's (docs/musa-abi.md). Unverified on hardware.
 pub const MU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED: c_int = 124;
 /// CUDA's `CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD`, likewise.
 pub const MU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD: c_int = 1;

@@ -233,7 +233,8 @@ assert_layout!(GDRDRV_IOC_REQ_MAPPING_TYPE_PARAMS, size = 16, handle @ 0, mappin
 assert_layout!(GDRDRV_IOC_GET_VERSION_PARAMS, size = 8,
     gdrdrv_version @ 0, minimum_gdr_api_version @ 4);
 
-// The exact command values upstream's libgdrapi issues (reference §3.2).
+// The exact command values upstream's libgdrapi issues (its gdrdrv.h, pointer-size quirk
+// included).
 const _: () = assert!(GDRDRV_IOC_PIN_BUFFER == 0xC028_DA01);
 const _: () = assert!(GDRDRV_IOC_UNPIN_BUFFER == 0xC008_DA02);
 const _: () = assert!(GDRDRV_IOC_GET_CB_FLAG == 0xC008_DA03);

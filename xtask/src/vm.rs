@@ -5,7 +5,7 @@
 //! systems, runs the script as root, prints its exit status and powers off. The serial console
 //! is the only channel back: it carries the status and the kernel's own problem reports.
 //! An `ivshmem-plain` PCI device (1af4:1110) gives the guest a real PCI BAR to stand in for GPU
-//! memory. See ../shared/reference/vm-testing.md for the measured recipe this follows.
+//! memory.
 
 mod console;
 mod initramfs;

@@ -1,4 +1,4 @@
-//! `MUresult` codes. MUSA's driver API mirrors CUDA's numbering (reference/musa.md §2.2: SUCCESS
+//! `MUresult` codes. MUSA's driver API mirrors CUDA's numbering (docs/musa-abi.md: SUCCESS
 //! 0, NO_DEVICE 100, UNKNOWN 999 are confirmed); the others use CUDA's values likewise.
 
 use std::ffi::{c_char, c_int, CStr};

@@ -63,7 +63,7 @@ pub type MUdevice_attribute = c_int;
 #[allow(non_camel_case_types)]
 pub type MUmemRangeHandleType = c_int;
 /// CUDA's `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`, which MUSA is taken to mirror like its other
-/// device attributes (reference/musa.md §2.2); libgdrapi uses the same value.
+/// device attributes (docs/musa-abi.md); libgdrapi uses the same value.
 pub const MU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED: MUdevice_attribute = 124;
 /// CUDA's `CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD`, likewise.
 pub const MU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD: MUmemRangeHandleType = 1;
