@@ -842,27 +842,32 @@ impl RawDev {
     }
 
     fn mmap(&self, handle: u64, len: usize) -> Result<usize, Errno> {
-        // SAFETY: a new shared mapping chosen by the kernel.
-        let p = unsafe {
-            libc::mmap(
-                ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                self.0.as_raw_fd(),
-                (handle * 4096) as libc::off_t,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            Err(Errno::last())
-        } else {
-            Ok(p as usize)
-        }
+        mmap_shared(&self.0, handle * 4096, len)
+    }
+}
+
+/// A new `MAP_SHARED`, read-write mapping of `len` bytes of `fd` from byte `offset`.
+fn mmap_shared(fd: &OwnedFd, offset: u64, len: usize) -> Result<usize, Errno> {
+    // SAFETY: a new shared mapping chosen by the kernel; nothing else is at its address.
+    let p = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            offset as libc::off_t,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        Err(Errno::last())
+    } else {
+        Ok(p as usize)
     }
 }
 
 fn munmap(addr: usize, len: usize) {
-    // SAFETY: only ranges of device mappings the test made.
+    // SAFETY: only ranges of device or dma-buf mappings the test made.
     assert_eq!(
         unsafe { libc::munmap(addr as *mut c_void, len) },
         0,

@@ -10,33 +10,25 @@
 //! cannot tell them: it shows VM_PFNMAP mappings as holes.
 
 use std::collections::BTreeSet;
-use std::ffi::c_void;
 use std::fs::{File, OpenOptions};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::ptr;
 use std::time::{Duration, Instant};
 
-use gdrapi::{Gdr, MapRequest, MappingType, PinFlags};
-use mtgdrcopy_tests::emu::{device_path, Emu};
+use mtgdrcopy_tests::emu::device_path;
 use mtgdrdrv::emu::{
-    mtgpu_emu_alloc, mtgpu_emu_export_dmabuf, MTGPU_EMU_IOC_ALLOC, MTGPU_EMU_IOC_EXPORT_DMABUF,
-    MTGPU_EMU_PAGE_2M, MTGPU_EMU_PAGE_4K, MTGPU_EMU_PAGE_64K,
+    mtgpu_emu_export_dmabuf, MTGPU_EMU_IOC_EXPORT_DMABUF, MTGPU_EMU_PAGE_2M, MTGPU_EMU_PAGE_4K,
+    MTGPU_EMU_PAGE_64K,
 };
-use nix::errno::Errno;
 use nix::sys::signal::Signal;
-use nix::sys::wait::{waitpid, WaitStatus};
-use nix::unistd::{fork, ForkResult};
+
+use super::*;
 
 nix::ioctl_readwrite_bad!(
     ioc_export,
     MTGPU_EMU_IOC_EXPORT_DMABUF,
     mtgpu_emu_export_dmabuf
 );
-nix::ioctl_readwrite_bad!(ioc_alloc, MTGPU_EMU_IOC_ALLOC, mtgpu_emu_alloc);
 
-const KIB: u64 = 1024;
-const MIB: u64 = 1024 * KIB;
 /// The host page (x86-64).
 const PAGE: usize = 4096;
 
@@ -214,31 +206,7 @@ fn export(dev: &File, gpu_va: u64, size: u64) -> Result<OwnedFd, Errno> {
 
 /// `MAP_SHARED`, read-write, `len` bytes from byte `offset` of the dma-buf.
 fn mmap(fd: &OwnedFd, offset: u64, len: usize) -> Result<usize, Errno> {
-    // SAFETY: a new mapping chosen by the kernel; nothing else is at the address it returns.
-    let p = unsafe {
-        libc::mmap(
-            ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd.as_raw_fd(),
-            offset as libc::off_t,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        Err(Errno::last())
-    } else {
-        Ok(p as usize)
-    }
-}
-
-fn munmap(addr: usize, len: usize) {
-    // SAFETY: only ranges of dma-buf mappings the test made.
-    assert_eq!(
-        unsafe { libc::munmap(addr as *mut c_void, len) },
-        0,
-        "munmap"
-    );
+    mmap_shared(fd, offset, len)
 }
 
 /// Writes `data` through the mapping at `addr` (faulting every page in) and makes it visible.
@@ -255,22 +223,6 @@ fn read_through(addr: usize, len: usize) -> Vec<u8> {
     (0..len)
         .map(|i| unsafe { ptr::read_volatile((addr + i) as *const u8) })
         .collect()
-}
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| ((i as u64 * 11 + seed * 17 + 5) % 251) as u8)
-        .collect()
-}
-
-/// Whether the kernel can read a byte at `addr`: write(2) into a pipe fails with EFAULT where
-/// a user access would raise a signal.
-fn kernel_can_read(addr: usize) -> bool {
-    let (rd, wr) = nix::unistd::pipe().expect("pipe");
-    // SAFETY: the kernel validates the source address.
-    let n = unsafe { libc::write(wr.as_raw_fd(), addr as *const c_void, 1) };
-    drop((rd, wr));
-    n == 1
 }
 
 /// Every mapping comes out write-combining, whatever the physical layout: each page of a
@@ -557,22 +509,8 @@ fn device_removal_revokes_every_mapping() {
     emu.free(va).expect("free");
 }
 
-/// ALLOC with raw flags; `Emu::alloc` knows only SCATTER.
-fn alloc_flags(dev: &File, size: u64, page_size: u32, flags: u32) -> Result<u64, Errno> {
-    let mut a = mtgpu_emu_alloc {
-        size,
-        page_size,
-        flags,
-        ..Default::default()
-    };
-    // SAFETY: `a` is a live struct of the type the command copies in and out.
-    unsafe { ioc_alloc(dev.as_raw_fd(), &mut a) }?;
-    Ok(a.gpu_va)
-}
-
 /// A range that touches a hole of a sparse allocation is refused (EINVAL); ranges of its
-/// backed pages alone are exported. Skipped (with a note) while the emulator does not yet take
-/// `MTGPU_EMU_ALLOC_SPARSE`.
+/// backed pages alone are exported.
 #[test]
 fn export_refuses_a_range_with_a_hole() {
     let emu = Emu::open().expect("emulator");
@@ -580,7 +518,9 @@ fn export_refuses_a_range_with_a_hole() {
     let at_start = live(&emu);
     for page_size in [MTGPU_EMU_PAGE_4K, MTGPU_EMU_PAGE_64K] {
         let ps = u64::from(page_size);
-        let va = alloc_flags(&dev, 4 * ps, page_size, ALLOC_SPARSE).expect("sparse alloc");
+        let va = emu
+            .alloc_flags(4 * ps, 0, page_size, ALLOC_SPARSE)
+            .expect("sparse alloc");
         // Pages 1 and 3 are holes.
         let first = export(&dev, va, ps).expect("the first page is backed");
         let third = export(&dev, va + 2 * ps, ps).expect("the third page is backed");
