@@ -166,6 +166,7 @@ void emu_alloc_release_file(const struct file *file);
 int emu_alloc_access(u64 va, u64 size, u64 off, size_t len, struct emu_io *io);
 struct emu_alloc *emu_alloc_find(const struct pid *owner, u64 va, u64 len);
 struct emu_alloc *emu_alloc_find_va(const struct pid *owner, u64 va);
+u64 emu_alloc_run(const struct emu_alloc *a, u64 off, u64 max, u64 *bar);
 void emu_alloc_unpin(struct emu_alloc *a);
 void emu_alloc_unexport(struct emu_alloc *a);
 void emu_alloc_drop_all(void);

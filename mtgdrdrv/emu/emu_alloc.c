@@ -104,33 +104,47 @@ static void emu_hole_io(size_t len, struct emu_io *io)
 }
 
 /*
+ * The physically contiguous run of @a at byte @off, at most @max bytes: returns its length and
+ * puts its BAR offset in *@bar, or EMU_BAR_HOLE for a hole (whose run ends with its page).
+ */
+u64 emu_alloc_run(const struct emu_alloc *a, u64 off, u64 max, u64 *bar)
+{
+	u64 ps = a->page_size;
+	u32 page = off >> a->page_shift, last = page;
+	u64 in_page = off & (ps - 1);
+	u64 run = ps - in_page;
+
+	lockdep_assert_held(&emu_dev.lock);
+	if (a->bar_off[page] == EMU_BAR_HOLE) {
+		*bar = EMU_BAR_HOLE;
+		return min(run, max);
+	}
+	while (run < max && last + 1 < a->npages &&
+	       a->bar_off[last + 1] == a->bar_off[last] + ps) {
+		last++;
+		run += ps;
+	}
+	*bar = a->bar_off[page] + in_page;
+	return min(run, max);
+}
+
+/*
  * Copies, reads or fills [off, off + len) of @a, one physically contiguous piece at a time.
  * The caller holds the lock for up to a whole allocation (zero-fill of a new one), so it
  * yields between pieces.
  */
 static int emu_alloc_io(const struct emu_alloc *a, u64 off, u64 len, struct emu_io *io)
 {
-	u64 ps = a->page_size;
-	u64 in_page, piece;
-	u32 first, last;
+	u64 piece, bar;
 	int ret;
 
 	lockdep_assert_held(&emu_dev.lock);
 	while (len) {
-		first = off >> a->page_shift;
-		last = first;
-		in_page = off & (ps - 1);
-		piece = ps - in_page;
-		while (a->bar_off[first] != EMU_BAR_HOLE && piece < len && piece < EMU_IO_CHUNK &&
-		       last + 1 < a->npages && a->bar_off[last + 1] == a->bar_off[last] + ps) {
-			last++;
-			piece += ps;
-		}
-		piece = min3(piece, len, (u64)EMU_IO_CHUNK);
-		if (a->bar_off[first] == EMU_BAR_HOLE) {
+		piece = emu_alloc_run(a, off, min_t(u64, len, EMU_IO_CHUNK), &bar);
+		if (bar == EMU_BAR_HOLE) {
 			emu_hole_io(piece, io);
 		} else {
-			ret = emu_bar_io(a->bar_off[first] + in_page, piece, io);
+			ret = emu_bar_io(bar, piece, io);
 			if (ret)
 				return ret;
 		}

@@ -109,23 +109,12 @@ static void emu_dmabuf_release(struct dma_buf *dmabuf)
  */
 static u64 emu_export_run(const struct emu_export *exp, u64 off, u64 len, phys_addr_t *pa)
 {
-	const struct emu_alloc *a = exp->alloc;
-	u64 ps = a->page_size;
-	u64 in_page, run;
-	u32 page;
+	u64 bar, run;
 
-	lockdep_assert_held(&emu_dev.lock);
-	off += exp->offset;
-	page = off >> a->page_shift;
-	in_page = off & (ps - 1);
-	*pa = emu_dev.bar_phys + a->bar_off[page] + in_page;
-	run = ps - in_page;
-	while (run < len && page + 1 < a->npages &&
-	       a->bar_off[page + 1] == a->bar_off[page] + ps) {
-		page++;
-		run += ps;
-	}
-	return min(run, len);
+	/* EXPORT_DMABUF refused ranges with holes: every run has memory. */
+	run = emu_alloc_run(exp->alloc, exp->offset + off, len, &bar);
+	*pa = emu_dev.bar_phys + bar;
+	return run;
 }
 
 /* Releases the WC memtype of the runs in bytes [0, len) of @exp's range. */

@@ -247,28 +247,23 @@ static int mtgdrdrv_params_open(struct inode *inode, struct file *file)
 
 MTGDRDRV_PROC_OPS(mtgdrdrv_params_ops, mtgdrdrv_params_open);
 
+/* One "name value" line of /proc/driver/mtgdrdrv/counters. */
+#define mtgdrdrv_show_counter(m, c, name)				\
+	seq_printf(m, #name " %lld\n", (long long)atomic64_read(&(c)->name))
+
 static int mtgdrdrv_counters_show(struct seq_file *m, void *v)
 {
 	const struct mtgdrdrv_counters *c = &mtgdrdrv_counters;
 
-	seq_printf(m, "pins_outstanding %lld\n",
-		   (long long)atomic64_read(&c->pins_outstanding));
-	seq_printf(m, "bytes_pinned %lld\n",
-		   (long long)atomic64_read(&c->bytes_pinned));
-	seq_printf(m, "mappings %lld\n",
-		   (long long)atomic64_read(&c->mappings));
-	seq_printf(m, "get_pages_calls %lld\n",
-		   (long long)atomic64_read(&c->get_pages_calls));
-	seq_printf(m, "put_pages_calls %lld\n",
-		   (long long)atomic64_read(&c->put_pages_calls));
-	seq_printf(m, "get_pages_refused %lld\n",
-		   (long long)atomic64_read(&c->get_pages_refused));
-	seq_printf(m, "bad_tables %lld\n",
-		   (long long)atomic64_read(&c->bad_tables));
-	seq_printf(m, "provider_unavailable %lld\n",
-		   (long long)atomic64_read(&c->provider_unavailable));
-	seq_printf(m, "deferred_puts %lld\n",
-		   (long long)atomic64_read(&c->deferred_puts));
+	mtgdrdrv_show_counter(m, c, pins_outstanding);
+	mtgdrdrv_show_counter(m, c, bytes_pinned);
+	mtgdrdrv_show_counter(m, c, mappings);
+	mtgdrdrv_show_counter(m, c, get_pages_calls);
+	mtgdrdrv_show_counter(m, c, put_pages_calls);
+	mtgdrdrv_show_counter(m, c, get_pages_refused);
+	mtgdrdrv_show_counter(m, c, bad_tables);
+	mtgdrdrv_show_counter(m, c, provider_unavailable);
+	mtgdrdrv_show_counter(m, c, deferred_puts);
 	return 0;
 }
 
