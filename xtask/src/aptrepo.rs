@@ -134,7 +134,9 @@ pub fn cli(args: Args) -> Result<()> {
         .context("reading build/; run `cargo xtask deb-all` and `deb-bundle` first")?
     {
         let path = entry?.path();
-        if path.extension().is_some_and(|e| e == "deb") {
+        // Debug symbol packages belong in a debug archive of their own, not beside these.
+        let dbgsym = path.to_string_lossy().contains("-dbgsym_");
+        if path.extension().is_some_and(|e| e == "deb") && !dbgsym {
             debs.push(path);
         }
     }
@@ -150,9 +152,7 @@ pub fn cli(args: Args) -> Result<()> {
             .into_iter()
             .chain([stage::Package::Bundle])
             .filter(|p| p.deb_name() == deb.package)
-            .map(|p| -> Result<String> {
-                Ok(ws.krate(p.crate_name())?.debian_version(p.variant()))
-            })
+            .map(|p| -> Result<String> { crate::deb::package_version(&ws, p) })
             .collect::<Result<Vec<_>>>()?;
         ensure!(
             expected.contains(&deb.version),

@@ -13,6 +13,7 @@ use anyhow::{bail, Context, Result};
 use crate::paths;
 
 mod gdrapi;
+mod manpage;
 
 pub struct Generated {
     pub path: PathBuf,
@@ -29,6 +30,9 @@ pub fn run(check: bool) -> Result<()> {
         if check {
             stale.push(file.path.display().to_string());
         } else {
+            if let Some(dir) = file.path.parent() {
+                fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            }
             fs::write(&file.path, &file.contents)
                 .with_context(|| format!("writing {}", file.path.display()))?;
             eprintln!("codegen: wrote {}", file.path.display());
@@ -45,6 +49,39 @@ pub fn run(check: bool) -> Result<()> {
 
 pub fn generate_all() -> Result<Vec<Generated>> {
     let root = paths::root();
+    let mut all = generated_headers(&root)?;
+    all.extend(manual_pages()?);
+    Ok(all)
+}
+
+/// The manual pages of the mtgdrcopy-tests programs, `mtgdrcopy-tests/man/<program>.1`, from
+/// each program's `--help` (so that packaging them needs no run of the programs, which a cross
+/// build could not do).
+fn manual_pages() -> Result<Vec<Generated>> {
+    let sh = xshell::Shell::new()?;
+    sh.change_dir(paths::root());
+    xshell::cmd!(sh, "cargo build --quiet --locked -p mtgdrcopy-tests --bins")
+        .run()
+        .context("building the mtgdrcopy-tests programs for their manual pages")?;
+    let ws = crate::workspace::Workspace::load(&sh)?;
+    let krate = ws.krate("mtgdrcopy-tests")?;
+    let mut pages = Vec::new();
+    for name in &krate.bins {
+        let exe = ws.target_dir.join("debug").join(name);
+        let help = xshell::cmd!(sh, "{exe} --help")
+            .quiet()
+            .read()
+            .with_context(|| format!("running {name} --help for its manual page"))?;
+        pages.push(Generated {
+            path: paths::root().join(format!("mtgdrcopy-tests/man/{name}.1")),
+            contents: manpage::render(name, "mtgdrcopy-tests", &krate.version, &help),
+        });
+    }
+    Ok(pages)
+}
+
+fn generated_headers(root: &Path) -> Result<Vec<Generated>> {
+    let root = root.to_path_buf();
     Ok(vec![
         Generated {
             path: root.join("mtgdrdrv/kmod/mtgdrdrv_ioctl.h"),

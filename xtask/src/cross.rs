@@ -386,7 +386,7 @@ pub fn packages(sh: &Shell, target: &'static Target) -> Result<()> {
     let mut debs = Vec::new();
     for package in Package::SPLIT {
         let built = crate::deb::build(sh, &ws, package)?;
-        let arch = crate::deb::finish::field(&built.control, "Architecture").unwrap_or_default();
+        let arch = crate::deb::field(&built.control, "Architecture").unwrap_or_default();
         let expected = if package.arch_all() {
             "all"
         } else {

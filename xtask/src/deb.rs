@@ -1,35 +1,43 @@
 //! `cargo xtask deb-kmod|deb-lib|deb-tests|deb-meta|deb-all|deb-bundle|deb`: the .debs, in
-//! build/, named `<package>_<version>_<arch>.deb`.
+//! build/, named `<package>_<version>_<arch>.deb`, with a `<package>-dbgsym` .deb beside each
+//! package that holds ELF files.
 //!
-//! Each package is its crate's `[package.metadata.deb]` (names, relations, descriptions) applied
-//! by cargo-deb, used as a library, to the tree `stage.rs` staged; [`finish`] then adds what
-//! cargo-deb cannot express (see there). Versions come from the crates: the package version is
-//! the crate version plus the `revision` (default 1).
+//! The fast path to the packages `dpkg-buildpackage` builds from debian/ (the packager's path),
+//! from the same truth: stage.rs installs the files as debian/rules does, and this module writes
+//! the control file from debian/control as dpkg-gencontrol does (substitution variables, the
+//! source paragraph's defaults, the package's version and size), md5sums as dh_md5sums does,
+//! and the archive with dpkg-deb (xz, root-owned, timestamps clamped to the changelog's date
+//! through SOURCE_DATE_EPOCH), as dh_builddeb does. `cargo xtask test` builds the packages both
+//! ways and compares them (dsc.rs).
 //!
-//! The packages:
+//! Versions: each package's is its crate's (a semver pre-release `-beta.1` becomes `~beta.1`)
+//! with the source package's Debian revision (debian/changelog); the bundle's revision is
+//! `<revision>+bundle`. The packages:
 //! - `mtgdrdrv-dkms` (all): module sources for DKMS in /usr/src/mtgdrdrv-<version>, udev rule,
-//!   modules-load.d file, mtgdrdrv-load (/usr/lib/mtgdrdrv/); postinst builds the module for
-//!   every kernel with headers and loads it through mtgdrdrv-load.
+//!   modprobe.d softdep, mtgdrdrv-load (/usr/lib/mtgdrdrv/); the postinst builds the module with
+//!   DKMS and loads it through mtgdrdrv-load.
 //! - `libgdrapi` (amd64/arm64, Multi-Arch: same): libgdrapi.so.1 and its links, libgdrapi.a,
 //!   gdrapi.h, gdrapi.pc; shlibs, symbols, ldconfig trigger.
-//! - `mtgdrcopy-tests`: the programs; `libgdrapi (= version)`; no MUSA dependency (dlopen).
-//! - `mtgdrcopy` (all): metapackage on the three, each `(= version)`.
+//! - `mtgdrcopy-tests`: the programs; no MUSA dependency (dlopen).
+//! - `mtgdrcopy` (all): metapackage on the three, any 0.x module and any 1.x library and tools
+//!   from this release on.
 //! - `mtgdrcopy` as a bundle (`deb-bundle`, `deb`): the three in one package, which conflicts
-//!   with, replaces and provides them. It shares the metapackage's name (the historical
-//!   single-package name, like upstream's `gdrcopy`), so its version is the metapackage's with
-//!   the revision `1+bundle`: an upgrade from the split install, and a distinct file in build/.
-
-pub mod finish;
+//!   with, replaces and provides them (debian/mtgdrcopy-bundle.control: the bundle is not part
+//!   of the source package). It shares the metapackage's name (the historical single-package
+//!   name, like upstream's `gdrcopy`), so its revision is `<revision>+bundle`: an upgrade from
+//!   the split install, and a distinct file in build/.
 
 use std::collections::BTreeMap;
 use std::fs;
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
-use anyhow::{anyhow, bail, ensure, Context, Result};
-use cargo_deb::config::{BuildOptions, Multiarch};
+use anyhow::{bail, ensure, Context, Result};
+use md5::{Digest, Md5};
 use xshell::{cmd, Shell};
 
+use crate::debian::{self, Control, GenControl, Paragraph};
 use crate::paths;
 use crate::stage::{self, Package};
 use crate::workspace::Workspace;
@@ -49,11 +57,13 @@ pub struct Built {
     pub path: PathBuf,
     /// The final control file.
     pub control: String,
+    /// The package's -dbgsym .deb, if it has ELF files.
+    pub dbgsym: Option<PathBuf>,
 }
 
 impl Built {
     pub fn version(&self) -> &str {
-        finish::field(&self.control, "Version").unwrap_or_default()
+        field(&self.control, "Version").unwrap_or_default()
     }
 }
 
@@ -77,6 +87,9 @@ pub fn cli(which: Which, args: Args) -> Result<()> {
     for package in packages {
         let built = build(&sh, &ws, package)?;
         println!("{}", built.path.display());
+        if let Some(dbgsym) = &built.dbgsym {
+            println!("{}", dbgsym.display());
+        }
     }
     Ok(())
 }
@@ -90,92 +103,250 @@ pub fn build_everything(sh: &Shell, ws: &Workspace) -> Result<Vec<Built>> {
     Ok(all)
 }
 
-/// Stages `package` and writes its .deb into build/.
+/// The control paragraphs the packages come from: debian/control, and the bundle's own file.
+fn paragraph(control: &Control, package: Package) -> Result<Paragraph> {
+    if package != Package::Bundle {
+        return control.binary(package.deb_name()).cloned();
+    }
+    let path = paths::root().join("debian/mtgdrcopy-bundle.control");
+    let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut paragraphs = debian::parse(&text)?;
+    ensure!(
+        paragraphs.len() == 1,
+        "{}: expected one paragraph",
+        path.display()
+    );
+    Ok(paragraphs.remove(0))
+}
+
+/// Stages `package` and writes its .deb (and -dbgsym .deb) into build/.
 pub fn build(sh: &Shell, ws: &Workspace, package: Package) -> Result<Built> {
     let _lock = stage::lock()?;
     let tree = stage::stage(sh, ws, package)?;
-    let krate = ws.krate(package.crate_name())?;
-    let version = krate.debian_version(package.variant());
+    let control = Control::load()?;
+    let binary = paragraph(&control, package)?;
     let arch = stage::package_arch(ws)?;
-    let architecture = if package.arch_all() {
-        "all"
-    } else {
-        arch.debian
-    };
-    let deb = paths::build_dir().join(format!(
-        "{}_{version}_{architecture}.deb",
-        package.deb_name()
-    ));
-    // An old build of the same package (any version) would only confuse `ls build/*.deb`.
-    remove_old_debs(package, architecture, &deb)?;
-    let triple = ws.target.map(|t| t.triple);
-    run_cargo_deb(package, &krate.manifest_path, triple, &deb)
-        .with_context(|| format!("cargo-deb failed for {}", package.deb_name()))?;
-
-    let substvars = substvars(sh, ws, package, &tree)?;
-    let mut control_files = Vec::new();
-    for name in ["shlibs", "symbols"] {
-        let path = package.control_dir().join(name);
-        if path.exists() {
-            let data = fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-            control_files.push((name.to_owned(), data));
-        }
-    }
-    let extended = krate
-        .deb_key(package.variant(), "extended-description")
-        .with_context(|| {
-            format!(
-                "{}: [package.metadata.deb] has no extended-description",
-                package.crate_name()
-            )
-        })?;
-    let control = finish::finish(
-        &deb,
-        &finish::Finish {
-            architecture: package.arch_all().then_some("all"),
-            description: Some((package.synopsis(), extended)),
-            substvars: &substvars,
-            control_files,
+    let version = package_version(ws, package)?;
+    let source_version = package_version(ws, Package::Meta)?;
+    let vars = substvars(sh, ws, package, &tree)?;
+    let text = debian::gencontrol(
+        &control,
+        &binary,
+        &GenControl {
+            version: &version,
+            source_version: &source_version,
+            host_arch: arch.debian,
+            installed_size_kib: installed_size(&tree)?,
+            substvars: &vars,
         },
     )
-    .with_context(|| format!("finishing {}", deb.display()))?;
-    let name = finish::field(&control, "Package").unwrap_or_default();
-    ensure!(
-        name == package.deb_name(),
-        "{}: Package is {name:?}, expected {}",
-        deb.display(),
-        package.deb_name()
-    );
-    let written = finish::field(&control, "Version").unwrap_or_default();
-    ensure!(
-        written == version,
-        "cargo-deb wrote version {written} for {}, xtask expected {version} \
-         (workspace.rs follows cargo-deb's rule; did it change?)",
-        package.deb_name()
-    );
+    .with_context(|| format!("the control file of {}", package.deb_name()))?;
+    let architecture = field(&text, "Architecture").unwrap_or_default().to_owned();
+    let deb = deb_path(package.deb_name(), &version, &architecture);
+    remove_old_debs(package.deb_name(), &architecture, &deb)?;
+    write_deb(sh, &tree, &text, &deb)?;
+
+    let dbgsym = package.dbgsym_tree();
+    let ids = stage::build_ids(&dbgsym)?;
+    let dbgsym_name = format!("{}-dbgsym", package.deb_name());
+    let dbgsym_deb = deb_path(&dbgsym_name, &version, &architecture);
+    remove_old_debs(&dbgsym_name, &architecture, &dbgsym_deb)?;
+    let dbgsym = if ids.is_empty() {
+        None
+    } else {
+        let paragraph = dbgsym_paragraph(&binary, &version, &ids);
+        let text = debian::gencontrol(
+            &control,
+            &paragraph,
+            &GenControl {
+                version: &version,
+                source_version: &source_version,
+                host_arch: arch.debian,
+                installed_size_kib: installed_size(&dbgsym)?,
+                substvars: &vars,
+            },
+        )?;
+        write_deb(sh, &dbgsym, &text, &dbgsym_deb)?;
+        Some(dbgsym_deb)
+    };
     Ok(Built {
         package,
         path: deb,
-        control,
+        control: text,
+        dbgsym,
     })
 }
 
-/// Removes other builds of `package` for `architecture` (those of another architecture stay:
+/// What dh_strip and dh_gencontrol give an automatic debug symbol package.
+fn dbgsym_paragraph(binary: &Paragraph, version: &str, ids: &[String]) -> Paragraph {
+    let name = binary.get("Package").unwrap_or_default();
+    let mut fields = vec![
+        ("Package".to_owned(), format!("{name}-dbgsym")),
+        ("Auto-Built-Package".to_owned(), "debug-symbols".to_owned()),
+        (
+            "Architecture".to_owned(),
+            binary.get("Architecture").unwrap_or_default().to_owned(),
+        ),
+        ("Depends".to_owned(), format!("{name} (= {version})")),
+        ("Section".to_owned(), "debug".to_owned()),
+        ("Priority".to_owned(), "optional".to_owned()),
+    ];
+    if let Some(ma) = binary.get("Multi-Arch") {
+        if ma == "same" {
+            fields.push(("Multi-Arch".to_owned(), ma.to_owned()));
+        }
+    }
+    fields.push((
+        "Description".to_owned(),
+        format!("debug symbols for {name}"),
+    ));
+    fields.push(("Build-Ids".to_owned(), ids.join(" ")));
+    Paragraph { fields }
+}
+
+/// `<package>_<version>_<arch>.deb` in build/ (the epoch-free version, as dpkg names files).
+fn deb_path(name: &str, version: &str, architecture: &str) -> PathBuf {
+    paths::build_dir().join(format!("{name}_{version}_{architecture}.deb"))
+}
+
+/// The package's Debian version: its crate's version and the source package's revision.
+pub fn package_version(ws: &Workspace, package: Package) -> Result<String> {
+    let krate = ws.krate(package.crate_name())?;
+    let mut revision = debian::revision()?;
+    if package == Package::Bundle {
+        revision.push_str("+bundle");
+    }
+    Ok(format!("{}-{revision}", upstream_version(&krate.version)))
+}
+
+/// A crate version as a Debian upstream version: a semver pre-release (`1.1.0-beta.1`) sorts
+/// before its release only written with `~` (`1.1.0~beta.1`).
+pub fn upstream_version(version: &str) -> String {
+    match version.split_once('-') {
+        Some((main, pre)) => format!("{main}~{pre}"),
+        None => version.to_owned(),
+    }
+}
+
+/// dpkg-gencontrol's Installed-Size: each regular file's size rounded up to KiB, one KiB for
+/// every other inode (directories, symlinks); `DEBIAN/` not counted.
+fn installed_size(tree: &Path) -> Result<u64> {
+    let mut kib = 0;
+    let mut dirs = vec![tree.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+            let entry = entry?;
+            if dir == tree && entry.file_name() == "DEBIAN" {
+                continue;
+            }
+            let meta = entry.metadata()?;
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                dirs.push(entry.path());
+                kib += 1;
+            } else if kind.is_file() {
+                kib += meta.size().div_ceil(1024);
+            } else {
+                kib += 1;
+            }
+        }
+    }
+    Ok(kib)
+}
+
+/// DEBIAN/control and DEBIAN/md5sums, then the archive: dpkg-deb, xz, files owned by root,
+/// timestamps clamped to the newest changelog entry's date.
+fn write_deb(sh: &Shell, tree: &Path, control: &str, deb: &Path) -> Result<()> {
+    let debian_dir = tree.join("DEBIAN");
+    fs::create_dir_all(&debian_dir)?;
+    stage::put_text(&debian_dir.join("control"), control, 0o644)?;
+    let md5sums = md5sums(tree)?;
+    let path = debian_dir.join("md5sums");
+    if md5sums.is_empty() {
+        if path.exists() {
+            fs::remove_file(&path)?;
+        }
+    } else {
+        stage::put_text(&path, &md5sums, 0o644)?;
+    }
+    let epoch = source_date_epoch(sh)?;
+    let tmp = deb.with_extension("deb.tmp");
+    cmd!(sh, "dpkg-deb --root-owner-group -Zxz --build {tree} {tmp}")
+        .env("SOURCE_DATE_EPOCH", epoch)
+        .quiet()
+        .ignore_stdout()
+        .run()
+        .with_context(|| format!("dpkg-deb failed to build {}", deb.display()))?;
+    fs::rename(&tmp, deb).with_context(|| format!("writing {}", deb.display()))
+}
+
+/// SOURCE_DATE_EPOCH as dpkg-buildpackage sets it: the date of debian/changelog's newest entry.
+pub fn source_date_epoch(sh: &Shell) -> Result<String> {
+    let changelog = paths::root().join("debian/changelog");
+    cmd!(sh, "dpkg-parsechangelog -l {changelog} -STimestamp")
+        .quiet()
+        .read()
+        .context("dpkg-parsechangelog (package dpkg-dev) failed on debian/changelog")
+}
+
+/// `md5sums`: one `<md5>  <path>` line per regular file but DEBIAN/, sorted by path.
+fn md5sums(tree: &Path) -> Result<String> {
+    let mut lines = Vec::new();
+    let mut dirs = vec![tree.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+            let entry = entry?;
+            let kind = entry.file_type()?;
+            if dir == tree && entry.file_name() == "DEBIAN" {
+                continue;
+            }
+            if kind.is_dir() {
+                dirs.push(entry.path());
+            } else if kind.is_file() {
+                let mut file = fs::File::open(entry.path())?;
+                let mut hasher = Md5::new();
+                let mut buf = [0u8; 65536];
+                loop {
+                    let n = file.read(&mut buf)?;
+                    if n == 0 {
+                        break;
+                    }
+                    hasher.update(&buf[..n]);
+                }
+                let hex: String = hasher
+                    .finalize()
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                let rel = entry
+                    .path()
+                    .strip_prefix(tree)?
+                    .to_string_lossy()
+                    .into_owned();
+                lines.push(format!("{hex}  {rel}\n"));
+            }
+        }
+    }
+    lines.sort_by(|a, b| a[34..].cmp(&b[34..]));
+    Ok(lines.concat())
+}
+
+/// Removes other builds of `name` for `architecture` (those of another architecture stay:
 /// amd64 and arm64 packages are built side by side).
-fn remove_old_debs(package: Package, architecture: &str, keep: &Path) -> Result<()> {
+fn remove_old_debs(name: &str, architecture: &str, keep: &Path) -> Result<()> {
     let dir = paths::build_dir();
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let prefix = format!("{}_", package.deb_name());
-    let bundle = package == Package::Bundle;
+    let prefix = format!("{name}_");
+    let bundle = keep.to_string_lossy().contains("+bundle_");
     for entry in fs::read_dir(&dir)? {
         let path = entry?.path();
-        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        let Some(file) = path.file_name().and_then(|n| n.to_str()) else {
             continue;
         };
         // The bundle and the metapackage share a name; their versions tell them apart.
-        let is_bundle = name.contains("+bundle_");
-        if name.starts_with(&prefix)
-            && name.ends_with(&format!("_{architecture}.deb"))
+        let is_bundle = file.contains("+bundle_");
+        if file.starts_with(&prefix)
+            && file.ends_with(&format!("_{architecture}.deb"))
             && is_bundle == bundle
             && path != keep
         {
@@ -185,77 +356,9 @@ fn remove_old_debs(package: Package, architecture: &str, keep: &Path) -> Result<
     Ok(())
 }
 
-/// Collects cargo-deb's warnings: any of them fails the build, so that metadata mistakes
-/// (a missing field, an asset glob that matches nothing) do not slip into a package.
-struct Listener {
-    warnings: Mutex<Vec<String>>,
-}
-
-impl cargo_deb::listener::Listener for Listener {
-    fn warning(&self, s: String) {
-        if let Ok(mut w) = self.warnings.lock() {
-            w.push(s);
-        }
-    }
-    fn info(&self, _: String) {}
-    fn progress(&self, _: &str, _: String) {}
-    fn generated_archive(&self, _: &Path) {}
-}
-
-fn run_cargo_deb(
-    package: Package,
-    manifest: &Path,
-    triple: Option<&str>,
-    deb: &Path,
-) -> Result<()> {
-    let listener = Listener {
-        warnings: Mutex::new(Vec::new()),
-    };
-    let options = BuildOptions {
-        manifest_path: Some(manifest),
-        selected_package_name: Some(package.crate_name()),
-        // The architecture cargo-deb writes (arm64 for aarch64); none: the machine's.
-        rust_target_triples: triple.into_iter().collect(),
-        config_variant: package.variant(),
-        multiarch: if package == Package::Lib {
-            Multiarch::Same
-        } else {
-            Multiarch::None
-        },
-        ..Default::default()
-    };
-    cargo_deb::CargoDeb {
-        options,
-        // stage.rs built and staged everything; the assets are that tree.
-        no_build: true,
-        deb_output: Some(cargo_deb::OutputPath {
-            path: deb,
-            is_dir: false,
-        }),
-        // gzip in pure Rust. `fast` is flate2 at level 1; the alternative, zopfli, is far slower
-        // on the 14 MB static library, and xz would need liblzma or the xz program.
-        compress_config: cargo_deb::compress::CompressConfig {
-            fast: true,
-            compress_type: cargo_deb::compress::Format::Gzip,
-            compress_system: false,
-            rsyncable: false,
-        },
-        ..Default::default()
-    }
-    .process(&listener)
-    .map_err(|e| anyhow!("{e}"))?;
-    let warnings = listener
-        .warnings
-        .into_inner()
-        .map_err(|_| anyhow!("cargo-deb's listener lock is poisoned"))?;
-    if !warnings.is_empty() {
-        bail!("cargo-deb warned:\n  {}", warnings.join("\n  "));
-    }
-    Ok(())
-}
-
-/// `${shlibs:Depends}` from dpkg-shlibdeps over the package's ELF files, and
-/// `${<package>:Version}` of every package.
+/// `${shlibs:Depends}` from dpkg-shlibdeps over the package's ELF files, `${misc:Depends}`
+/// (empty: no debhelper snippet adds one), and `${<package>:Version}` and
+/// `${<package>:NextMajor}` of every package (debian/rules passes the same).
 fn substvars(
     sh: &Shell,
     ws: &Workspace,
@@ -264,8 +367,12 @@ fn substvars(
 ) -> Result<BTreeMap<String, String>> {
     let mut vars = BTreeMap::new();
     for p in Package::SPLIT {
-        let version = ws.krate(p.crate_name())?.debian_version(p.variant());
-        vars.insert(format!("{}:Version", p.deb_name()), version);
+        let krate = ws.krate(p.crate_name())?;
+        vars.insert(format!("{}:Version", p.deb_name()), package_version(ws, p)?);
+        vars.insert(
+            format!("{}:NextMajor", p.deb_name()),
+            debian::next_major(&krate.version)?,
+        );
     }
     let elves = elf_files(tree)?;
     let shlibs = if elves.is_empty() {
@@ -274,7 +381,16 @@ fn substvars(
         shlibdeps(sh, ws, package, &elves)?
     };
     vars.insert("shlibs:Depends".into(), shlibs);
+    vars.insert("misc:Depends".into(), String::new());
     Ok(vars)
+}
+
+/// The value of `field` in a control file.
+pub fn field<'a>(control: &'a str, field: &str) -> Option<&'a str> {
+    control.lines().find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        (name == field).then(|| value.trim())
+    })
 }
 
 /// Executables and shared libraries (not archives, not kernel objects) in `tree`.
@@ -287,7 +403,7 @@ pub fn elf_files(tree: &Path) -> Result<Vec<PathBuf>> {
             let kind = entry.file_type()?;
             if kind.is_dir() {
                 dirs.push(entry.path());
-            } else if kind.is_file() && is_loadable_elf(&entry.path())? {
+            } else if kind.is_file() && elf_kind(&entry.path())?.is_some() {
                 found.push(entry.path());
             }
         }
@@ -296,19 +412,40 @@ pub fn elf_files(tree: &Path) -> Result<Vec<PathBuf>> {
     Ok(found)
 }
 
-fn is_loadable_elf(path: &Path) -> Result<bool> {
-    use std::io::Read;
+/// What dh_strip tells apart: executables (PIE ones are ET_DYN too) and shared libraries
+/// (by their name, `*.so` or `*.so.*`, as dh_strip does).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ElfKind {
+    Executable,
+    SharedObject,
+}
+
+/// The kind of `path` if it is a loadable ELF file (not an archive or a kernel object).
+pub fn elf_kind(path: &Path) -> Result<Option<ElfKind>> {
     let mut header = [0u8; 18];
     let mut file = fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let mut n = 0;
     while n < header.len() {
         match file.read(&mut header[n..])? {
-            0 => return Ok(false),
+            0 => return Ok(None),
             k => n += k,
         }
     }
     // ET_EXEC (2) or ET_DYN (3), little-endian (amd64, arm64).
-    Ok(&header[..4] == b"\x7fELF" && matches!(u16::from_le_bytes([header[16], header[17]]), 2 | 3))
+    let loadable =
+        &header[..4] == b"\x7fELF" && matches!(u16::from_le_bytes([header[16], header[17]]), 2 | 3);
+    if !loadable {
+        return Ok(None);
+    }
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Ok(Some(if name.ends_with(".so") || name.contains(".so.") {
+        ElfKind::SharedObject
+    } else {
+        ElfKind::Executable
+    }))
 }
 
 /// The `shlibs:Depends` value dpkg-shlibdeps computes for `files`.

@@ -9,10 +9,11 @@
 //! - `exes`: the mtgdrcopy-tests programs into `<prefix>/bin`.
 //! - `drv`: mtgdrdrv.ko for the running kernel (or `--kver`) into
 //!   `<destdir>/lib/modules/<kver>/extra`, `depmod`, the udev rule into
-//!   `<prefix>/lib/udev/rules.d` and the modules-load.d file into `<prefix>/lib/modules-load.d`
-//!   (udev and systemd read both under /usr/local/lib too). Without `--destdir` it needs a
+//!   `<prefix>/lib/udev/rules.d` and the modprobe.d softdep (loads mtgdrdrv after mtgpu) into
+//!   `<prefix>/lib/modprobe.d` (udev and kmod read both under /usr/local/lib too). Without `--destdir` it needs a
 //!   kernel that can load modules.
 
+use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{ensure, Context, Result};
@@ -20,7 +21,7 @@ use xshell::{cmd, Shell};
 
 use crate::build::{self, KernelArgs};
 use crate::paths;
-use crate::stage::{self, LibNames};
+use crate::stage;
 use crate::workspace::Workspace;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -79,13 +80,13 @@ pub fn cli(args: Args) -> Result<()> {
         let (major, _) = krate.major_minor()?;
         let names = LibNames::new(&krate.version, major);
         let target = dest(&libdir);
-        stage::install_lib(&sh, &ws, &target, &names)?;
+        install_lib(&sh, &ws, &target, &names)?;
         let prefix = args.prefix.to_string_lossy();
         let pc_libdir = match libdir.strip_prefix(&args.prefix) {
             Ok(rel) => format!("${{prefix}}/{}", rel.display()),
             Err(_) => libdir.display().to_string(),
         };
-        let pc = stage::pkg_config(&prefix, &pc_libdir, &krate.version)?;
+        let pc = pkg_config(&prefix, &pc_libdir, &krate.version)?;
         stage::put_text(&target.join("pkgconfig/gdrapi.pc"), &pc, 0o644)?;
         stage::put_file(
             &paths::root().join("libgdrapi/include/gdrapi.h"),
@@ -101,7 +102,7 @@ pub fn cli(args: Args) -> Result<()> {
         build::exes(&sh)?;
         let bins = &ws.krate("mtgdrcopy-tests")?.bins;
         let bindir = dest(&args.prefix.join("bin"));
-        stage::install_exes(&sh, &ws, bins, &bindir)?;
+        install_exes(&sh, &ws, bins, &bindir)?;
         for bin in bins {
             report(&bindir.join(bin));
         }
@@ -133,9 +134,9 @@ fn install_driver(sh: &Shell, args: &Args, dest: &dyn Fn(&Path) -> PathBuf) -> R
     let rules = dest(&args.prefix.join("lib/udev/rules.d/60-mtgdrdrv.rules"));
     stage::put_file(&debian.join("60-mtgdrdrv.rules"), &rules, 0o644)?;
     report(&rules);
-    let load = dest(&args.prefix.join("lib/modules-load.d/mtgdrdrv.conf"));
-    stage::put_file(&debian.join("mtgdrdrv.modules-load.conf"), &load, 0o644)?;
-    report(&load);
+    let softdep = dest(&args.prefix.join("lib/modprobe.d/mtgdrdrv.conf"));
+    stage::put_file(&debian.join("mtgdrdrv.modprobe.conf"), &softdep, 0o644)?;
+    report(&softdep);
     if live {
         cmd!(sh, "depmod -a {release}")
             .run()
@@ -168,4 +169,107 @@ fn refresh_linker_cache(sh: &Shell) {
 
 fn report(path: &Path) {
     println!("{}", path.display());
+}
+
+/// File names of the shared library: real name, soname, link name.
+struct LibNames {
+    pub real: String,
+    pub soname: String,
+    pub link: String,
+}
+
+impl LibNames {
+    fn new(version: &str, major: u32) -> LibNames {
+        LibNames {
+            real: format!("libgdrapi.so.{version}"),
+            soname: format!("libgdrapi.so.{major}"),
+            link: "libgdrapi.so".into(),
+        }
+    }
+}
+
+/// The shared library (stripped like dh_strip does, mode 0644 as Debian policy wants), its two
+/// links and the static library (debug info stripped) into `libdir`.
+fn install_lib(sh: &Shell, ws: &Workspace, libdir: &Path, names: &LibNames) -> Result<()> {
+    fs::create_dir_all(libdir).with_context(|| format!("creating {}", libdir.display()))?;
+    let release = ws.release_dir();
+    let real = libdir.join(&names.real);
+    let built = release.join("libgdrapi.so");
+    strip(sh, ws)?
+        .args([
+            "--remove-section=.comment",
+            "--remove-section=.note",
+            "--strip-unneeded",
+        ])
+        .arg("-o")
+        .args([&real, &built])
+        .quiet()
+        .run()
+        .context("stripping libgdrapi.so (binutils)")?;
+    stage::set_mode(&real, 0o644)?;
+    stage::put_symlink(&names.real, &libdir.join(&names.soname))?;
+    stage::put_symlink(&names.soname, &libdir.join(&names.link))?;
+    // The static library as the package has it: only the gdr_* symbols global.
+    let archive = libdir.join("libgdrapi.a");
+    let reduced = crate::paths::build_dir().join("libgdrapi.a.reduced");
+    let script = paths::root().join("debian/scripts/static-archive");
+    let built = release.join("libgdrapi.a");
+    cmd!(sh, "{script} {built} {reduced}")
+        .quiet()
+        .run()
+        .context("reducing libgdrapi.a to the gdr_* symbols")?;
+    let built = reduced;
+    strip(sh, ws)?
+        .args([
+            "--strip-debug",
+            "--remove-section=.comment",
+            "--remove-section=.note",
+            "--enable-deterministic-archives",
+            "-o",
+        ])
+        .args([&archive, &built])
+        .quiet()
+        .run()
+        .context("stripping libgdrapi.a (binutils)")?;
+    stage::set_mode(&archive, 0o644)
+}
+
+/// gdrapi.pc for a library installed in `libdir` (may use `${prefix}`) with headers in
+/// `<prefix>/include`.
+fn pkg_config(prefix: &str, libdir: &str, version: &str) -> Result<String> {
+    stage::template(
+        &paths::root().join("libgdrapi/gdrapi.pc.in"),
+        &[
+            ("PREFIX", prefix),
+            ("LIBDIR", libdir),
+            ("INCLUDEDIR", "${prefix}/include"),
+            ("VERSION", version),
+        ],
+    )
+}
+
+/// The programs of mtgdrcopy-tests, stripped, into `bindir`.
+fn install_exes(sh: &Shell, ws: &Workspace, bins: &[String], bindir: &Path) -> Result<()> {
+    fs::create_dir_all(bindir).with_context(|| format!("creating {}", bindir.display()))?;
+    for name in bins {
+        let built = ws.release_dir().join(name);
+        let to = bindir.join(name);
+        strip(sh, ws)?
+            .args(["--remove-section=.comment", "--remove-section=.note", "-o"])
+            .args([&to, &built])
+            .quiet()
+            .run()
+            .with_context(|| format!("stripping {name} (binutils)"))?;
+        stage::set_mode(&to, 0o755)?;
+    }
+    Ok(())
+}
+
+/// `strip` for the packages' architecture: the cross binutils (in the toolchain chroot, on the
+/// same paths) when cross-building.
+fn strip<'a>(sh: &'a Shell, ws: &Workspace) -> Result<xshell::Cmd<'a>> {
+    match ws.target {
+        Some(target) => crate::cross::binutil(sh, target, "strip"),
+        None => Ok(cmd!(sh, "strip")),
+    }
 }

@@ -9,6 +9,7 @@ mod codegen;
 mod copycount;
 mod cross;
 mod deb;
+mod debian;
 mod fuzz;
 mod hostbench;
 mod install;

@@ -231,9 +231,7 @@ fn write_dist(
     stage::fresh_dir(dist)?;
     let mut names = Vec::new();
     for package in Package::SPLIT.into_iter().chain([Package::Bundle]) {
-        let debian_version = ws
-            .krate(package.crate_name())?
-            .debian_version(package.variant());
+        let debian_version = crate::deb::package_version(ws, package)?;
         let prefix = format!("{}_{debian_version}_", package.deb_name());
         let mut found = false;
         for entry in fs::read_dir(paths::build_dir())? {

@@ -1,15 +1,14 @@
 //! `cargo xtask build-kmod|build-lib|build-tests|build-meta`: stage each package's file tree
-//! under `build/pkg/<package>/`, exactly what its .deb holds, and `build/pkg/<package>.DEBIAN/`
-//! with the control files that are generated here (maintainer scripts with the version filled
-//! in, shlibs, symbols). The `[package.metadata.deb]` section of each crate points cargo-deb at
-//! these two directories, so the .deb is a snapshot of the staged tree and nothing else.
+//! under `build/pkg/<package>/`, with its `DEBIAN/` control files, exactly what its .deb holds;
+//! `build/pkg/<package>-dbgsym/` holds the debug symbols split off its ELF files.
 //!
-//! Sources: `mtgdrdrv/kmod/` (module sources), `dkms/dkms.conf.in`, `libgdrapi/` (library,
-//! header, `gdrapi.pc.in`), the release binaries of `mtgdrcopy-tests`, and `debian/` (udev
-//! rule, modules-load.d file, mtgdrdrv-load, copyright, per-package changelog, maintainer
-//! script templates, symbols, lintian overrides). Versions come from the crates only.
+//! The same steps as `dpkg-buildpackage` with debian/rules, from the same files:
+//! debian/scripts/install-tree installs every file into `build/pkg/tmp` (debian/tmp), the
+//! `debian/<package>.install` lists split it; then what dh_installdocs, dh_installchangelogs,
+//! dh_lintian, dh_compress, dh_strip, dh_installdeb and dh_makeshlibs do, here in Rust, and
+//! deb.rs does dh_md5sums, dh_gencontrol (from debian/control) and dh_builddeb. Versions come
+//! from the crates only.
 
-mod manpage;
 #[cfg(test)]
 mod mtgdrdrv_load;
 
@@ -22,7 +21,7 @@ use anyhow::{bail, ensure, Context, Result};
 use xshell::{cmd, Shell};
 
 use crate::workspace::Workspace;
-use crate::{build, paths, versions};
+use crate::{build, debian, paths, versions};
 
 /// The packages `cargo xtask deb-*` builds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,29 +61,11 @@ impl Package {
         }
     }
 
-    /// The `[package.metadata.deb.variants.*]` entry, for the bundle.
-    pub fn variant(self) -> Option<&'static str> {
-        (self == Package::Bundle).then_some("bundle")
-    }
-
     /// Unique name of the staging directories and of the package's directory in `debian/`.
     pub fn stage_name(self) -> &'static str {
         match self {
             Package::Bundle => "mtgdrcopy-bundle",
             p => p.deb_name(),
-        }
-    }
-
-    /// The synopsis (Debian's one-line description, at most 79 columns). Set here because the
-    /// crates' descriptions describe the crates and are longer; the extended description is the
-    /// crate's `[package.metadata.deb] extended-description`.
-    pub fn synopsis(self) -> &'static str {
-        match self {
-            Package::Kmod => "GDRCopy kernel module for Moore Threads GPUs (DKMS sources)",
-            Package::Lib => "GDRCopy library for Moore Threads GPUs: CPU access to GPU memory",
-            Package::Tests => "GDRCopy for Moore Threads GPUs: sanity test and benchmarks",
-            Package::Meta => "GDRCopy for Moore Threads GPUs (metapackage)",
-            Package::Bundle => "GDRCopy for Moore Threads GPUs: module, library and tools",
         }
     }
 
@@ -98,15 +79,19 @@ impl Package {
         paths::build_dir().join("pkg").join(self.stage_name())
     }
 
-    /// Control files generated at staging: `build/pkg/<stage name>.DEBIAN/`.
-    pub fn control_dir(self) -> PathBuf {
+    /// The debug symbols split off its ELF files: `build/pkg/<stage name>-dbgsym/`.
+    pub fn dbgsym_tree(self) -> PathBuf {
         paths::build_dir()
             .join("pkg")
-            .join(format!("{}.DEBIAN", self.stage_name()))
+            .join(format!("{}-dbgsym", self.stage_name()))
     }
 
-    pub fn debian_dir(self) -> PathBuf {
-        paths::root().join("debian").join(self.stage_name())
+    /// The package's own changelog, installed as changelog.Debian (dh_installchangelogs takes
+    /// debian/<package>.changelog over the source package's debian/changelog).
+    pub fn changelog(self) -> PathBuf {
+        paths::root()
+            .join("debian")
+            .join(format!("{}.changelog", self.stage_name()))
     }
 }
 
@@ -150,15 +135,6 @@ fn packaged(sh: &Shell, ws: &Workspace) -> Result<()> {
     }
 }
 
-/// `strip` for the packages' architecture: the cross binutils (in the toolchain chroot, on the
-/// same paths) when cross-building.
-fn strip<'a>(sh: &'a Shell, ws: &Workspace) -> Result<xshell::Cmd<'a>> {
-    match ws.target {
-        Some(target) => crate::cross::binutil(sh, target, "strip"),
-        None => Ok(cmd!(sh, "strip")),
-    }
-}
-
 /// `cargo xtask build-<package>`.
 pub fn cli(package: Package) -> Result<()> {
     let sh = Shell::new()?;
@@ -197,79 +173,291 @@ pub fn lock_file(path: &Path, doing: &str) -> Result<fs::File> {
 
 /// Stages `package` (building what it needs) and returns its tree. Callers hold [`lock`].
 pub fn stage(sh: &Shell, ws: &Workspace, package: Package) -> Result<PathBuf> {
+    let tmp = install_tree(sh, ws)?;
+    let arch = package_arch(ws)?;
     let tree = package.tree();
     fresh_dir(&tree)?;
-    fresh_dir(&package.control_dir())?;
+    fresh_dir(&package.dbgsym_tree())?;
     match package {
-        Package::Kmod => stage_kmod(ws, &tree)?,
-        Package::Lib => stage_lib(sh, ws, &tree)?,
-        Package::Tests => stage_tests(sh, ws, &tree)?,
-        Package::Meta => {}
-        Package::Bundle => stage_bundle(sh, ws, &tree)?,
+        Package::Bundle => {
+            for part in [Package::Kmod, Package::Lib, Package::Tests] {
+                install_files(part, &tmp, &tree, arch.multiarch)?;
+            }
+            // The module's README stays documentation of the bundle, under its own name.
+            let readme = tree.join("usr/share/doc/mtgdrdrv-dkms/README.md");
+            put_file(
+                &readme,
+                &tree.join("usr/share/doc/mtgdrcopy/README.mtgdrdrv.md"),
+                0o644,
+            )?;
+            fs::remove_dir_all(tree.join("usr/share/doc/mtgdrdrv-dkms"))?;
+        }
+        p => install_files(p, &tmp, &tree, arch.multiarch)?,
     }
-    stage_docs(ws, package, &tree)?;
+    install_docs(package, &tree)?;
+    compress(&tree)?;
+    strip(sh, ws, &tree, &package.dbgsym_tree())?;
+    control_files(sh, ws, package, &tree)?;
     Ok(tree)
 }
 
-fn stage_kmod(ws: &Workspace, tree: &Path) -> Result<()> {
-    let krate = ws.krate(Package::Kmod.crate_name())?;
-    let driver = (
-        mtgdrdrv::MTGDRDRV_MAJOR_VERSION,
-        mtgdrdrv::MTGDRDRV_MINOR_VERSION,
-    );
-    versions::driver_agrees(&krate.version, driver).map_err(anyhow::Error::msg)?;
-    let version = &krate.version;
-    let src = tree.join(format!("usr/src/mtgdrdrv-{version}"));
-    let copied = copy_module_sources(&paths::root().join("mtgdrdrv/kmod"), &src)?;
-    ensure!(
-        copied.iter().any(|f| f == "Kbuild") && copied.iter().any(|f| f == "mtgpu_p2p_stub.c"),
-        "mtgdrdrv/kmod lacks Kbuild or the CRC stub; staged only {copied:?}"
-    );
-    let conf = template(
-        &paths::root().join("dkms/dkms.conf.in"),
-        &[("VERSION", version)],
-    )?;
-    put_text(&src.join("dkms.conf"), &conf, 0o644)?;
-
-    let debian = paths::root().join("debian");
-    put_file(
-        &debian.join("60-mtgdrdrv.rules"),
-        &tree.join("usr/lib/udev/rules.d/60-mtgdrdrv.rules"),
-        0o644,
-    )?;
-    put_file(
-        &debian.join("mtgdrdrv.modules-load.conf"),
-        &tree.join("usr/lib/modules-load.d/mtgdrdrv.conf"),
-        0o644,
-    )?;
-    put_file(
-        &debian.join("mtgdrdrv-load"),
-        &tree.join(LOAD_SCRIPT.trim_start_matches('/')),
-        0o755,
-    )?;
-    put_file(
-        &paths::root().join("mtgdrdrv/kmod/README.md"),
-        &tree.join("usr/share/doc/mtgdrdrv-dkms/README.md"),
-        0o644,
-    )?;
-    maintainer_scripts(version, &Package::Kmod.control_dir())
+/// Every package's files, installed by debian/scripts/install-tree into `build/pkg/tmp` (what
+/// `debian/tmp` is to dpkg-buildpackage).
+fn install_tree(sh: &Shell, ws: &Workspace) -> Result<PathBuf> {
+    packaged(sh, ws)?;
+    let tmp = paths::build_dir().join("pkg/tmp");
+    fresh_dir(&tmp)?;
+    let arch = package_arch(ws)?;
+    let release = ws.release_dir();
+    let script = paths::root().join("debian/scripts/install-tree");
+    let multiarch = format!("DEB_HOST_MULTIARCH={}", arch.multiarch);
+    let command = match ws.target {
+        // The target's binutils live in the toolchain chroot, with the tree on the same path.
+        Some(target) => {
+            let mut env = vec![multiarch];
+            for tool in ["ld", "objcopy", "ar", "nm", "readelf"] {
+                env.push(format!(
+                    "{}={}-{tool}",
+                    tool.to_uppercase(),
+                    target.multiarch
+                ));
+            }
+            crate::cross::toolchain(sh)?
+                .cmd(sh, target, &env, &script.to_string_lossy())
+                .args([&tmp, &release])
+        }
+        None => cmd!(sh, "{script} {tmp} {release}").env("DEB_HOST_MULTIARCH", arch.multiarch),
+    };
+    command
+        .quiet()
+        .run()
+        .context("debian/scripts/install-tree failed")?;
+    Ok(tmp)
 }
 
-/// Where mtgdrdrv-dkms installs debian/mtgdrdrv-load, which decides whether mtgdrdrv may be
-/// loaded and loads it; the postinst runs it from there (`@LOAD_SCRIPT@` in postinst.in).
-pub const LOAD_SCRIPT: &str = "/usr/lib/mtgdrdrv/mtgdrdrv-load";
-
-/// postinst and prerm from their templates in debian/mtgdrdrv-dkms/, version and the path of
-/// mtgdrdrv-load filled in.
-fn maintainer_scripts(version: &str, control_dir: &Path) -> Result<()> {
-    for script in ["postinst", "prerm"] {
-        let text = template(
-            &Package::Kmod.debian_dir().join(format!("{script}.in")),
-            &[("VERSION", version), ("LOAD_SCRIPT", LOAD_SCRIPT)],
-        )?;
-        put_text(&control_dir.join(script), &text, 0o755)?;
+/// What dh_install does with `debian/<package>.install`: each path the patterns match in `tmp`
+/// goes to the same place in `tree`. A pattern that matches nothing is an error (dh_install's
+/// too), so the lists cannot fall behind install-tree.
+fn install_files(package: Package, tmp: &Path, tree: &Path, multiarch: &str) -> Result<()> {
+    for pattern in debian::install_patterns(package.deb_name(), multiarch)? {
+        let found = debian::glob(tmp, &pattern)?;
+        ensure!(
+            !found.is_empty(),
+            "debian/{}.install: {pattern} matches nothing that debian/scripts/install-tree \
+             installed",
+            package.deb_name()
+        );
+        for rel in found {
+            copy_path(&tmp.join(&rel), &tree.join(&rel))?;
+        }
     }
     Ok(())
+}
+
+/// What dh_installdocs, dh_installchangelogs and dh_lintian add to every package: copyright,
+/// the package's changelog (debian/<package>.changelog), the lintian overrides.
+fn install_docs(package: Package, tree: &Path) -> Result<()> {
+    let deb = package.deb_name();
+    let debian = paths::root().join("debian");
+    let doc = tree.join("usr/share/doc").join(deb);
+    put_file(&debian.join("copyright"), &doc.join("copyright"), 0o644)?;
+    let changelog = package.changelog();
+    put_file(&changelog, &doc.join("changelog.Debian"), 0o644)?;
+    let overrides = debian.join(format!("{}.lintian-overrides", package.stage_name()));
+    if overrides.exists() {
+        put_file(
+            &overrides,
+            &tree.join("usr/share/lintian/overrides").join(deb),
+            0o644,
+        )?;
+    }
+    Ok(())
+}
+
+/// dh_compress's rule: manual pages, changelogs, and documentation bigger than 4 KiB (not
+/// copyright), gzip -9n.
+fn compress(tree: &Path) -> Result<()> {
+    for file in files(tree)? {
+        let rel = file.strip_prefix(tree)?.to_string_lossy().into_owned();
+        let wanted = if rel.starts_with("usr/share/man/") {
+            true
+        } else if let Some(doc) = rel.strip_prefix("usr/share/doc/") {
+            let name = doc.rsplit('/').next().unwrap_or_default();
+            name != "copyright"
+                && (name.starts_with("changelog") || fs::metadata(&file)?.len() > 4096)
+        } else {
+            false
+        };
+        if wanted && !rel.ends_with(".gz") {
+            let data = fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+            put_gzip(&PathBuf::from(format!("{}.gz", file.display())), &data)?;
+            fs::remove_file(&file)?;
+        }
+    }
+    Ok(())
+}
+
+/// What dh_strip does: the debug information of each ELF file goes to
+/// `<dbgsym>/usr/lib/debug/.build-id/xx/yyyy.debug` (the -dbgsym package), the file is
+/// stripped and points to it with a debug link; static libraries lose their debug sections.
+fn strip(sh: &Shell, ws: &Workspace, tree: &Path, dbgsym: &Path) -> Result<()> {
+    let tool = |name: &str| -> Result<xshell::Cmd<'_>> {
+        match ws.target {
+            Some(target) => crate::cross::binutil(sh, target, name),
+            None => Ok(cmd!(sh, "{name}")),
+        }
+    };
+    for file in files(tree)? {
+        let name = file.to_string_lossy().into_owned();
+        if name.ends_with(".a") {
+            tool("strip")?
+                .args([
+                    "--strip-debug",
+                    "--remove-section=.comment",
+                    "--remove-section=.note",
+                    "--enable-deterministic-archives",
+                ])
+                .arg(&file)
+                .quiet()
+                .run()
+                .with_context(|| format!("stripping {name}"))?;
+            continue;
+        }
+        let Some(kind) = crate::deb::elf_kind(&file)? else {
+            continue;
+        };
+        let notes = tool("readelf")?
+            .args(["-n", &name])
+            .quiet()
+            .read()
+            .with_context(|| format!("reading the notes of {name}"))?;
+        let id = notes
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("Build ID: "))
+            .map(|s| s.trim().to_owned())
+            .with_context(|| format!("{name} has no build ID (the linker's --build-id)"))?;
+        ensure!(id.len() > 2, "{name}: build ID {id:?} is too short");
+        let debug = dbgsym.join(format!(
+            "usr/lib/debug/.build-id/{}/{}.debug",
+            &id[..2],
+            &id[2..]
+        ));
+        parent_of(&debug)?;
+        tool("objcopy")?
+            .args(["--only-keep-debug", "--compress-debug-sections"])
+            .arg(&file)
+            .arg(&debug)
+            .quiet()
+            .run()
+            .with_context(|| format!("extracting the debug information of {name}"))?;
+        set_mode(&debug, 0o644)?;
+        let mut command =
+            tool("strip")?.args(["--remove-section=.comment", "--remove-section=.note"]);
+        if kind == crate::deb::ElfKind::SharedObject {
+            command = command.arg("--strip-unneeded");
+        }
+        command
+            .arg(&file)
+            .quiet()
+            .run()
+            .with_context(|| format!("stripping {name}"))?;
+        tool("objcopy")?
+            .arg(format!("--add-gnu-debuglink={}", debug.display()))
+            .arg(&file)
+            .quiet()
+            .run()
+            .with_context(|| format!("adding the debug link to {name}"))?;
+    }
+    Ok(())
+}
+
+/// The build IDs a -dbgsym tree holds (its `Build-Ids` field), sorted.
+pub fn build_ids(dbgsym: &Path) -> Result<Vec<String>> {
+    let dir = dbgsym.join("usr/lib/debug/.build-id");
+    if !dir.exists() {
+        return Ok(Vec::new());
+    }
+    let mut ids = Vec::new();
+    for file in files(&dir)? {
+        let rel = file.strip_prefix(&dir)?.to_string_lossy().replace('/', "");
+        if let Some(id) = rel.strip_suffix(".debug") {
+            ids.push(id.to_owned());
+        }
+    }
+    ids.sort();
+    Ok(ids)
+}
+
+/// Where mtgdrdrv-dkms installs debian/scripts/mtgdrdrv-load, which decides whether mtgdrdrv
+/// may be loaded and loads it; the postinst runs it from there (`@LOAD_SCRIPT@`).
+pub const LOAD_SCRIPT: &str = "/usr/lib/mtgdrdrv/mtgdrdrv-load";
+
+/// `DEBIAN/` of the package but its control file and md5sums (deb.rs writes those, last):
+/// maintainer scripts (what debian/rules generates from the .in templates, with no debhelper
+/// snippet: none applies), and for the library shlibs, symbols and the ldconfig trigger (what
+/// dh_makeshlibs writes).
+fn control_files(sh: &Shell, ws: &Workspace, package: Package, tree: &Path) -> Result<()> {
+    let control = tree.join("DEBIAN");
+    fresh_dir(&control)?;
+    if matches!(package, Package::Kmod | Package::Bundle) {
+        let version = &ws.krate(Package::Kmod.crate_name())?.version;
+        versions::driver_agrees(
+            version,
+            (
+                mtgdrdrv::MTGDRDRV_MAJOR_VERSION,
+                mtgdrdrv::MTGDRDRV_MINOR_VERSION,
+            ),
+        )
+        .map_err(anyhow::Error::msg)?;
+        for script in ["postinst", "prerm"] {
+            let text = template(
+                &paths::root().join(format!("debian/mtgdrdrv-dkms.{script}.in")),
+                &[("VERSION", version), ("LOAD_SCRIPT", LOAD_SCRIPT)],
+            )?;
+            let text: String = text
+                .lines()
+                .filter(|l| l.trim() != "#DEBHELPER#")
+                .map(|l| format!("{l}\n"))
+                .collect();
+            put_text(&control.join(script), &text, 0o755)?;
+        }
+    }
+    if matches!(package, Package::Lib | Package::Bundle) {
+        let krate = ws.krate(Package::Lib.crate_name())?;
+        versions::library_agrees(
+            &krate.version,
+            (gdrapi::GDR_API_MAJOR_VERSION, gdrapi::GDR_API_MINOR_VERSION),
+        )
+        .map_err(anyhow::Error::msg)?;
+        let (major, _) = krate.major_minor()?;
+        let arch = package_arch(ws)?;
+        let so = tree.join(format!(
+            "usr/lib/{}/libgdrapi.so.{}",
+            arch.multiarch, krate.version
+        ));
+        put_text(
+            &control.join("shlibs"),
+            &shlibs(&krate.version, major)?,
+            0o644,
+        )?;
+        put_text(&control.join("symbols"), &symbols_file(sh, ws, &so)?, 0o644)?;
+        put_text(
+            &control.join("triggers"),
+            "activate-noawait ldconfig\n",
+            0o644,
+        )?;
+    }
+    Ok(())
+}
+
+/// `DEBIAN/shlibs`: programs linked against libgdrapi.so.<major> need this version or newer,
+/// and below the next major, whose package no longer has libgdrapi.so.<major> (what
+/// debian/rules passes to dh_makeshlibs -V).
+fn shlibs(version: &str, major: u32) -> Result<String> {
+    Ok(format!(
+        "libgdrapi {major} libgdrapi (>= {version}), libgdrapi (<< {})\n",
+        debian::next_major(version)?
+    ))
 }
 
 /// Copies the module's build inputs (Kbuild, Makefile, C sources and headers, scripts, the
@@ -311,119 +499,11 @@ pub fn copy_module_sources(from: &Path, to: &Path) -> Result<Vec<String>> {
     Ok(copied)
 }
 
-fn stage_lib(sh: &Shell, ws: &Workspace, tree: &Path) -> Result<()> {
-    let krate = ws.krate(Package::Lib.crate_name())?;
-    let (major, _) = krate.major_minor()?;
-    let library = (gdrapi::GDR_API_MAJOR_VERSION, gdrapi::GDR_API_MINOR_VERSION);
-    versions::library_agrees(&krate.version, library).map_err(anyhow::Error::msg)?;
-    packaged(sh, ws)?;
-    let arch = package_arch(ws)?;
-    let libdir_rel = format!("usr/lib/{}", arch.multiarch);
-    let libdir = tree.join(&libdir_rel);
-    let names = LibNames::new(&krate.version, major);
-    install_lib(sh, ws, &libdir, &names)?;
-    let pc = pkg_config(
-        "/usr",
-        &format!("${{prefix}}/lib/{}", arch.multiarch),
-        &krate.version,
-    )?;
-    put_text(&libdir.join("pkgconfig/gdrapi.pc"), &pc, 0o644)?;
-    put_file(
-        &paths::root().join("libgdrapi/include/gdrapi.h"),
-        &tree.join("usr/include/gdrapi.h"),
-        0o644,
-    )?;
-    let control = Package::Lib.control_dir();
-    put_text(
-        &control.join("shlibs"),
-        &shlibs(&krate.version, major),
-        0o644,
-    )?;
-    let symbols = symbols_file(sh, &libdir.join(&names.real))?;
-    put_text(&control.join("symbols"), &symbols, 0o644)?;
-    Ok(())
-}
-
-/// File names of the shared library: real name, soname, link name.
-pub struct LibNames {
-    pub real: String,
-    pub soname: String,
-    pub link: String,
-}
-
-impl LibNames {
-    pub fn new(version: &str, major: u32) -> LibNames {
-        LibNames {
-            real: format!("libgdrapi.so.{version}"),
-            soname: format!("libgdrapi.so.{major}"),
-            link: "libgdrapi.so".into(),
-        }
-    }
-}
-
-/// The shared library (stripped like dh_strip does, mode 0644 as Debian policy wants), its two
-/// links and the static library (debug info stripped) into `libdir`.
-pub fn install_lib(sh: &Shell, ws: &Workspace, libdir: &Path, names: &LibNames) -> Result<()> {
-    fs::create_dir_all(libdir).with_context(|| format!("creating {}", libdir.display()))?;
-    let release = ws.release_dir();
-    let real = libdir.join(&names.real);
-    let built = release.join("libgdrapi.so");
-    strip(sh, ws)?
-        .args([
-            "--remove-section=.comment",
-            "--remove-section=.note",
-            "--strip-unneeded",
-        ])
-        .arg("-o")
-        .args([&real, &built])
-        .quiet()
-        .run()
-        .context("stripping libgdrapi.so (binutils)")?;
-    set_mode(&real, 0o644)?;
-    put_symlink(&names.real, &libdir.join(&names.soname))?;
-    put_symlink(&names.soname, &libdir.join(&names.link))?;
-    let archive = libdir.join("libgdrapi.a");
-    let built = release.join("libgdrapi.a");
-    strip(sh, ws)?
-        .args([
-            "--strip-debug",
-            "--remove-section=.comment",
-            "--remove-section=.note",
-            "--enable-deterministic-archives",
-            "-o",
-        ])
-        .args([&archive, &built])
-        .quiet()
-        .run()
-        .context("stripping libgdrapi.a (binutils)")?;
-    set_mode(&archive, 0o644)
-}
-
-/// gdrapi.pc for a library installed in `libdir` (may use `${prefix}`) with headers in
-/// `<prefix>/include`.
-pub fn pkg_config(prefix: &str, libdir: &str, version: &str) -> Result<String> {
-    template(
-        &paths::root().join("libgdrapi/gdrapi.pc.in"),
-        &[
-            ("PREFIX", prefix),
-            ("LIBDIR", libdir),
-            ("INCLUDEDIR", "${prefix}/include"),
-            ("VERSION", version),
-        ],
-    )
-}
-
-/// `DEBIAN/shlibs`: binaries linked against libgdrapi.so.<major> depend on this upstream
-/// version or newer (dh_makeshlibs -V's rule); the symbols file refines it per symbol.
-fn shlibs(version: &str, major: u32) -> String {
-    format!("libgdrapi {major} libgdrapi (>= {version})\n")
-}
-
 /// debian/libgdrapi/symbols, after checking that it lists exactly the library's exports: each
 /// symbol carries the version that introduced it, which only a person can say, so the file is
 /// maintained by hand and this check fails when an export is added or removed.
-fn symbols_file(sh: &Shell, so: &Path) -> Result<String> {
-    let path = Package::Lib.debian_dir().join("symbols");
+fn symbols_file(sh: &Shell, _ws: &Workspace, so: &Path) -> Result<String> {
+    let path = paths::root().join("debian/libgdrapi.symbols");
     let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let mut listed: Vec<&str> = text
         .lines()
@@ -454,99 +534,8 @@ fn symbols_file(sh: &Shell, so: &Path) -> Result<String> {
     Ok(text)
 }
 
-fn stage_tests(sh: &Shell, ws: &Workspace, tree: &Path) -> Result<()> {
-    let krate = ws.krate(Package::Tests.crate_name())?;
-    packaged(sh, ws)?;
-    let bin = tree.join("usr/bin");
-    install_exes(sh, ws, &krate.bins, &bin)?;
-    ensure!(
-        !krate.bins.is_empty(),
-        "mtgdrcopy-tests has no programs to package"
-    );
-    for name in &krate.bins {
-        let exe = bin.join(name);
-        let help = match ws.target {
-            Some(target) => crate::cross::toolchain(sh)?
-                .run_program(sh, target, &[], &exe)
-                .arg("--help"),
-            None => cmd!(sh, "{exe} --help"),
-        };
-        let help = help
-            .quiet()
-            .read()
-            .with_context(|| format!("running {name} --help for its manual page"))?;
-        let page = manpage::render(name, Package::Tests.deb_name(), &krate.version, &help);
-        put_gzip(
-            &tree.join(format!("usr/share/man/man1/{name}.1.gz")),
-            page.as_bytes(),
-        )?;
-    }
-    Ok(())
-}
-
-/// The programs of mtgdrcopy-tests, stripped, into `bindir`.
-pub fn install_exes(sh: &Shell, ws: &Workspace, bins: &[String], bindir: &Path) -> Result<()> {
-    fs::create_dir_all(bindir).with_context(|| format!("creating {}", bindir.display()))?;
-    for name in bins {
-        let built = ws.release_dir().join(name);
-        let to = bindir.join(name);
-        strip(sh, ws)?
-            .args(["--remove-section=.comment", "--remove-section=.note", "-o"])
-            .args([&to, &built])
-            .quiet()
-            .run()
-            .with_context(|| format!("stripping {name} (binutils)"))?;
-        set_mode(&to, 0o755)?;
-    }
-    Ok(())
-}
-
-/// The bundle: the trees of mtgdrdrv-dkms, libgdrapi and mtgdrcopy-tests without their own
-/// docs (it gets its own), and the control files of the first two.
-fn stage_bundle(sh: &Shell, ws: &Workspace, tree: &Path) -> Result<()> {
-    let control = Package::Bundle.control_dir();
-    for part in [Package::Kmod, Package::Lib, Package::Tests] {
-        let from = stage(sh, ws, part)?;
-        let skip = [
-            format!("usr/share/doc/{}", part.deb_name()),
-            format!("usr/share/lintian/overrides/{}", part.deb_name()),
-        ];
-        copy_tree(&from, tree, Path::new(""), &skip)?;
-        copy_tree(&part.control_dir(), &control, Path::new(""), &[])?;
-    }
-    // The module's README stays documentation of the bundle too.
-    put_file(
-        &paths::root().join("mtgdrdrv/kmod/README.md"),
-        &tree.join("usr/share/doc/mtgdrcopy/README.mtgdrdrv.md"),
-        0o644,
-    )
-}
-
-/// changelog.Debian.gz (checked against the package version) and the lintian overrides, from
-/// debian/. (cargo-deb adds debian/copyright itself: `license-file` in Cargo.toml.)
-fn stage_docs(ws: &Workspace, package: Package, tree: &Path) -> Result<()> {
-    let deb = package.deb_name();
-    let doc = tree.join("usr/share/doc").join(deb);
-    let changelog_path = package.debian_dir().join("changelog");
-    let changelog = fs::read_to_string(&changelog_path)
-        .with_context(|| format!("reading {}", changelog_path.display()))?;
-    let krate = ws.krate(package.crate_name())?;
-    let version = krate.debian_version(package.variant());
-    versions::changelog_entry(package, &version, &changelog).map_err(anyhow::Error::msg)?;
-    put_gzip(&doc.join("changelog.Debian.gz"), changelog.as_bytes())?;
-    let overrides = package.debian_dir().join("lintian-overrides");
-    if overrides.exists() {
-        put_file(
-            &overrides,
-            &tree.join("usr/share/lintian/overrides").join(deb),
-            0o644,
-        )?;
-    }
-    Ok(())
-}
-
 /// `path` with every `@KEY@` replaced; fails if a placeholder is left.
-fn template(path: &Path, values: &[(&str, &str)]) -> Result<String> {
+pub fn template(path: &Path, values: &[(&str, &str)]) -> Result<String> {
     let mut text =
         fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     for (key, value) in values {
@@ -650,4 +639,40 @@ fn copy_tree(from: &Path, to: &Path, rel: &Path, skip: &[String]) -> Result<()> 
         }
     }
     Ok(())
+}
+
+/// The regular files under `dir`, sorted.
+fn files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+            let entry = entry?;
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                dirs.push(entry.path());
+            } else if kind.is_file() {
+                found.push(entry.path());
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// Copies a file (with its mode), a symlink (as a symlink) or a directory tree.
+fn copy_path(from: &Path, to: &Path) -> Result<()> {
+    let meta = fs::symlink_metadata(from).with_context(|| format!("reading {}", from.display()))?;
+    if meta.file_type().is_symlink() {
+        let target = fs::read_link(from)?;
+        let target = target
+            .to_str()
+            .with_context(|| format!("{} is not UTF-8", from.display()))?;
+        put_symlink(target, to)
+    } else if meta.is_dir() {
+        fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
+        copy_tree(from, to, Path::new(""), &[])
+    } else {
+        put_file(from, to, meta.permissions().mode() & 0o7777)
+    }
 }

@@ -60,10 +60,8 @@ impl Tree {
         }
         let mut packages = Vec::new();
         for package in Package::SPLIT.into_iter().chain([Package::Bundle]) {
-            let version = ws
-                .krate(package.crate_name())?
-                .debian_version(package.variant());
-            let changelog = read(&package.debian_dir().join("changelog"))?;
+            let version = crate::deb::package_version(ws, package)?;
+            let changelog = read(&package.changelog())?;
             packages.push((package, version, changelog));
         }
         Ok(Tree {

@@ -1,6 +1,5 @@
 //! What packaging needs to know about the crates, read from `cargo metadata`: versions (the
-//! only source of the packages' versions), the tools' binary names and each crate's
-//! `[package.metadata.deb]` revision.
+//! only source of the packages' versions) and the tools' binary names.
 
 use std::path::PathBuf;
 
@@ -14,42 +13,11 @@ use crate::paths;
 pub struct Crate {
     pub name: String,
     pub version: String,
-    pub manifest_path: PathBuf,
     /// Binary targets, sorted.
     pub bins: Vec<String>,
-    metadata: Value,
 }
 
 impl Crate {
-    /// `[package.metadata.deb]` key `key`, from `variants.<variant>` first when given.
-    pub fn deb_key(&self, variant: Option<&str>, key: &str) -> Option<&str> {
-        let deb = self.metadata.get("deb")?;
-        variant
-            .and_then(|v| deb.get("variants")?.get(v)?.get(key)?.as_str())
-            .or_else(|| deb.get(key)?.as_str())
-    }
-
-    /// The Debian version cargo-deb gives the package: the crate version (a semver pre-release
-    /// `-beta.1` becomes `~beta.1`, so that it sorts before the release) and the revision
-    /// (`[package.metadata.deb] revision`, default 1). `deb.rs` checks the result against the
-    /// control file cargo-deb wrote, so the two cannot drift apart unnoticed.
-    pub fn debian_version(&self, variant: Option<&str>) -> String {
-        let mut version = self.version.clone();
-        if let Some((main, pre)) = self.version.split_once('-') {
-            let has_digit = pre.bytes().any(|c| c.is_ascii_digit());
-            let has_other = pre.bytes().any(|c| !c.is_ascii_digit());
-            if has_digit && has_other {
-                version = format!("{main}~{pre}");
-            }
-        }
-        let revision = self.deb_key(variant, "revision").unwrap_or("1");
-        if !revision.is_empty() && revision != "0" {
-            version.push('-');
-            version.push_str(revision);
-        }
-        version
-    }
-
     /// `major.minor` of the crate version.
     pub fn major_minor(&self) -> Result<(u32, u32)> {
         let mut parts = self.version.split(['.', '-', '+']);
@@ -106,9 +74,7 @@ impl Workspace {
             crates.push(Crate {
                 name: text("name")?,
                 version: text("version")?,
-                manifest_path: PathBuf::from(text("manifest_path")?),
                 bins,
-                metadata: p["metadata"].clone(),
             });
         }
         Ok(Workspace {
