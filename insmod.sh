@@ -6,7 +6,7 @@
 # MODULE.ko defaults to build/driver/$(uname -r)/mtgdrdrv.ko; parameters such as dbg_enabled=1
 # info_enabled=1 are passed to insmod. A loaded mtgdrdrv is unloaded first. The mtgpu driver
 # must be loaded (mtgdrdrv links against it), and not with disable_driver=1 (its GPU driver is
-# then not initialised, and using mtgdrdrv would oops the kernel): debian/mtgdrdrv-load, which
+# then not initialised, and using mtgdrdrv would oops the kernel): debian/scripts/mtgdrdrv-load, which
 # the mtgdrdrv-dkms postinst runs too, decides and loads; it refuses with one line saying why.
 # /dev/mtgdrdrv is created by udev with the mode of debian/60-mtgdrdrv.rules once that rule is
 # installed (cargo xtask install drv, or the mtgdrdrv-dkms package); without it, udev's default
@@ -31,7 +31,7 @@ if [ ! -f "$ko" ]; then
 	exit 1
 fi
 # Exits 2 (provider not loaded) or 3 (loaded with disable_driver=1) without loading anything.
-sh "$here/debian/mtgdrdrv-load" "$ko" "$@"
+sh "$here/debian/scripts/mtgdrdrv-load" "$ko" "$@"
 
 # udev creates the node; give it up to 10 s.
 i=0

@@ -66,6 +66,27 @@ impl Chroot {
 /// (`unshare --mount-proc`): the mount is private to the command and ends with it, even when
 /// xtask is killed, so no mount ever outlives a run or shows on the host.
 pub fn command<'a>(sh: &'a Shell, root: &Path, cwd: Option<&Path>, program: &str) -> Cmd<'a> {
+    command_ns(sh, root, cwd, program, &[])
+}
+
+/// [`command`] without a network: in a network namespace of its own, which has only a loopback
+/// interface that is down. What a build that must not download anything runs in.
+pub fn offline_command<'a>(
+    sh: &'a Shell,
+    root: &Path,
+    cwd: Option<&Path>,
+    program: &str,
+) -> Cmd<'a> {
+    command_ns(sh, root, cwd, program, &["--net"])
+}
+
+fn command_ns<'a>(
+    sh: &'a Shell,
+    root: &Path,
+    cwd: Option<&Path>,
+    program: &str,
+    namespaces: &[&str],
+) -> Cmd<'a> {
     let proc = format!("--mount-proc={}", root.join("proc").display());
     // `env -i` (not chroot's inherited environment) makes the build independent of who runs it;
     // `env -C` because chroot(8) always starts in /.
@@ -75,7 +96,7 @@ pub fn command<'a>(sh: &'a Shell, root: &Path, cwd: Option<&Path>, program: &str
     };
     cmd!(
         sh,
-        "unshare {proc} chroot {root} /usr/bin/env -i {chdir...} {CHROOT_ENV...} {program}"
+        "unshare {namespaces...} {proc} chroot {root} /usr/bin/env -i {chdir...} {CHROOT_ENV...} {program}"
     )
 }
 
@@ -269,7 +290,7 @@ pub fn run_logged(cmd: Cmd<'_>, log: &Path, what: &str) -> Result<String> {
 /// Removes `dir` (if present) unless something is mounted below it: `rm -r` through a /proc
 /// mount would try to delete the live kernel's files. (Our own mounts never show here: see
 /// [`command`].)
-fn remove_tree(dir: &Path) -> Result<()> {
+pub fn remove_tree(dir: &Path) -> Result<()> {
     if !dir.exists() {
         return Ok(());
     }

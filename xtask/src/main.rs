@@ -10,6 +10,7 @@ mod copycount;
 mod cross;
 mod deb;
 mod debian;
+mod dsc;
 mod fuzz;
 mod hostbench;
 mod install;
@@ -88,6 +89,9 @@ enum Command {
     DebMeta(deb::Args),
     /// Build the four .debs of a release into build/.
     DebAll(deb::Args),
+    /// Build the Debian source package (.dsc, orig tarball with the crates vendored,
+    /// .debian.tar.xz) into build/source/, for dpkg-buildpackage, sbuild or a PPA.
+    DistSource(dsc::Args),
     /// Build the single package `mtgdrcopy` holding everything into build/.
     DebBundle(deb::Args),
     /// Same as deb-bundle (the old single-package name).
@@ -123,6 +127,7 @@ fn main() -> Result<()> {
         Command::DebTests(args) => deb::cli(Which::One(Package::Tests), args),
         Command::DebMeta(args) => deb::cli(Which::One(Package::Meta), args),
         Command::DebAll(args) => deb::cli(Which::All, args),
+        Command::DistSource(args) => dsc::cli(args),
         Command::DebBundle(args) | Command::Deb(args) => {
             deb::cli(Which::One(Package::Bundle), args)
         }

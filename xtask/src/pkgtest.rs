@@ -35,7 +35,7 @@ mod root;
 
 use std::cell::RefCell;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -54,7 +54,7 @@ use root::Root;
 /// The packaging steps; the install test only with `vm` (it boots QEMU).
 pub fn test_steps(vm: bool) -> Vec<Step<'static>> {
     let debs: Rc<RefCell<Option<Vec<Built>>>> = Rc::default();
-    let (d1, d2, d3) = (debs.clone(), debs.clone(), debs);
+    let (d1, d2, d3, d4) = (debs.clone(), debs.clone(), debs.clone(), debs);
     let mut steps: Vec<Step<'static>> = vec![
         (
             "packages: build every .deb (deb-all, deb-bundle)",
@@ -63,6 +63,10 @@ pub fn test_steps(vm: bool) -> Vec<Step<'static>> {
         (
             "packages: lintian on every .deb",
             Box::new(move |sh: &Shell| lintian(sh, &built(sh, &d2)?)),
+        ),
+        (
+            "source package: dpkg-buildpackage in trixie offline, lintian, same as deb-all",
+            Box::new(move |sh: &Shell| crate::dsc::test_step(sh, &built(sh, &d4)?)),
         ),
     ];
     if vm {
@@ -120,10 +124,20 @@ fn timed(what: &str, start: Instant) {
 /// lintian on every .deb: no error, no warning, no info tag (so also no unused override); the
 /// remaining ones are overridden in debian/<package>/lintian-overrides, each with its reason.
 pub fn lintian(sh: &Shell, debs: &[Built]) -> Result<()> {
-    kernel::ensure_host_packages(&["lintian"])?;
     // No other xtask rewrites the .debs meanwhile.
     let _lock = crate::stage::lock()?;
-    let files: Vec<&Path> = debs.iter().map(|d| d.path.as_path()).collect();
+    let mut files: Vec<PathBuf> = Vec::new();
+    for d in debs {
+        files.push(d.path.clone());
+        files.extend(d.dbgsym.clone());
+    }
+    lintian_files(sh, &files)
+}
+
+/// lintian, pedantic, failing on anything but overridden tags, on .debs and .dsc files.
+pub fn lintian_files(sh: &Shell, files: &[PathBuf]) -> Result<()> {
+    kernel::ensure_host_packages(&["lintian"])?;
+    let debs = files;
     let out = cmd!(
         sh,
         "lintian --fail-on error,warning,info --display-info --pedantic {files...}"
@@ -136,7 +150,7 @@ pub fn lintian(sh: &Shell, debs: &[Built]) -> Result<()> {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let reported: Vec<&str> = stdout.lines().filter(|l| !l.starts_with("N:")).collect();
     eprintln!(
-        "    lintian: {} .debs, {} tags besides those overridden in debian/*/lintian-overrides",
+        "    lintian: {} files, {} tags besides those overridden in debian/*.lintian-overrides",
         debs.len(),
         reported.len()
     );
@@ -451,7 +465,7 @@ fn check_dkms_installed(
     );
     for file in [
         "/usr/lib/udev/rules.d/60-mtgdrdrv.rules",
-        "/usr/lib/modules-load.d/mtgdrdrv.conf",
+        "/usr/lib/modprobe.d/mtgdrdrv.conf",
         stage::LOAD_SCRIPT,
     ] {
         ensure!(host.exists(sh, file)?, "{file} is missing");
@@ -793,14 +807,17 @@ fn run_vm(sh: &Shell, kernel: &Kernel, host: &Root, container: &Root) -> Result<
             *guest = format!("/opt/mtgdrcopy/{name}");
         }
     }
-    // insmod.sh runs debian/mtgdrdrv-load beside it: there too, the copy the package installed.
+    // insmod.sh runs debian/scripts/mtgdrdrv-load beside it: there too, the copy the package installed.
     let load = files
         .iter()
         .find(|(_, guest)| guest == stage::LOAD_SCRIPT)
         .context("mtgdrdrv-load is not among the guest's files")?
         .0
         .clone();
-    files.push((load, "/opt/mtgdrcopy/debian/mtgdrdrv-load".to_owned()));
+    files.push((
+        load,
+        "/opt/mtgdrcopy/debian/scripts/mtgdrdrv-load".to_owned(),
+    ));
 
     let container_paths = package_files(sh, container, &["libgdrapi", "mtgdrcopy-tests"])?
         .into_iter()
@@ -875,7 +892,7 @@ mod tests {
     fn guest_runs_mtgdrdrv_load_as_the_postinst_does() {
         let call = "@LOAD_SCRIPT@ --if-provider";
         let postinst =
-            fs::read_to_string(paths::root().join("debian/mtgdrdrv-dkms/postinst.in")).unwrap();
+            fs::read_to_string(paths::root().join("debian/mtgdrdrv-dkms.postinst.in")).unwrap();
         assert_eq!(postinst.matches(call).count(), 1);
         assert!(
             !postinst.contains("modprobe"),

@@ -64,8 +64,17 @@ fn release_version(ws: &Workspace) -> Result<String> {
 /// Changelog entries that are not ready for a release.
 fn unreleased(tree: &Tree) -> Vec<String> {
     let mut findings = Vec::new();
-    for (package, _, changelog) in &tree.packages {
-        let file = format!("debian/{}/changelog", package.stage_name());
+    let entries = tree
+        .packages
+        .iter()
+        .map(|(package, _, changelog)| {
+            (
+                format!("debian/{}.changelog", package.stage_name()),
+                changelog,
+            )
+        })
+        .chain([("debian/changelog".to_owned(), &tree.source_changelog)]);
+    for (file, changelog) in entries {
         match versions::changelog_distribution(changelog) {
             Some("UNRELEASED") => findings.push(format!(
                 "{file}: the newest entry is UNRELEASED: set its distribution (unstable)"
@@ -282,7 +291,7 @@ mod tests {
         tree.packages[2].2 = tree.packages[2].2.replacen("unstable", "UNRELEASED", 1);
         let findings = unreleased(&tree);
         assert_eq!(findings.len(), 1, "{findings:?}");
-        assert!(findings[0].contains("debian/mtgdrcopy-tests/changelog"));
+        assert!(findings[0].contains("debian/mtgdrcopy-tests.changelog"));
         let notes = release_notes(&tree, "1.0.0");
         assert!(notes.starts_with("# mtgdrcopy 1.0.0\n"));
         assert_eq!(notes.matches("## ").count(), 5, "{notes}");

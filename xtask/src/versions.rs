@@ -12,7 +12,7 @@
 //!   soname (`libgdrapi/build.rs`); `mtgdrcopy-tests` and the `mtgdrcopy` metapackage (and
 //!   bundle) are released with it and carry the same version.
 //!
-//! Each package's `debian/<package>/changelog` must start with an entry for the package's
+//! Each package's `debian/<package>.changelog` must start with an entry for the package's
 //! Debian version (staging refuses otherwise, through [`changelog_entry`]), and the two lines
 //! must accept each other (the compatibility promise of README's "For release engineers").
 
@@ -31,8 +31,10 @@ use crate::workspace::Workspace;
 pub struct Tree {
     /// (crate, version) of the four crates that are packaged.
     pub crates: Vec<(String, String)>,
-    /// (package, Debian version cargo-deb gives it, its changelog's text).
+    /// (package, its Debian version (deb.rs), its changelog's text).
     pub packages: Vec<(Package, String, String)>,
+    /// debian/changelog: the source package's, at the release's (mtgdrcopy-meta's) version.
+    pub source_changelog: String,
     /// `mtgdrdrv/src/version.rs`: the driver's major.minor and the oldest library it accepts.
     pub driver: (u32, u32),
     pub driver_minimum_library: (u32, u32),
@@ -67,6 +69,7 @@ impl Tree {
         Ok(Tree {
             crates,
             packages,
+            source_changelog: read(&root.join("debian/changelog"))?,
             driver: (
                 mtgdrdrv::MTGDRDRV_MAJOR_VERSION,
                 mtgdrdrv::MTGDRDRV_MINOR_VERSION,
@@ -140,7 +143,7 @@ pub fn changelog_entry(package: Package, version: &str, changelog: &str) -> Resu
         Ok(())
     } else {
         Err(format!(
-            "debian/{}/changelog: the newest entry is `{head}`, but the package is {} {version}: \
+            "debian/{}.changelog: the newest entry is `{head}`, but the package is {} {version}: \
              add an entry for this version",
             package.stage_name(),
             package.deb_name()
@@ -281,6 +284,14 @@ pub fn disagreements(tree: &Tree) -> Vec<String> {
     for (package, version, changelog) in &tree.packages {
         findings.extend(changelog_entry(*package, version, changelog).err());
     }
+    let release = tree.crate_version("mtgdrcopy-meta");
+    let source = crate::debian::changelog_version(&tree.source_changelog).unwrap_or_default();
+    let upstream = source.rsplit_once('-').map_or(source, |(u, _)| u);
+    if upstream != crate::deb::upstream_version(release) {
+        findings.push(format!(
+            "debian/changelog: the newest entry is {source:?}, but the release (mtgdrcopy-meta)              is {release}: add an entry for {release}-1"
+        ));
+    }
 
     // The promise: this release's library accepts this release's driver and the reverse.
     if !accepts(tree.library_minimum_driver, tree.driver) {
@@ -359,6 +370,7 @@ mod tests {
             .map(|(n, v)| (n.to_string(), v.to_string()))
             .collect(),
             packages,
+            source_changelog: changelog("mtgdrcopy", "1.2.0-1"),
             driver: (0, 3),
             driver_minimum_library: (1, 0),
             library: (1, 2),
@@ -448,15 +460,15 @@ mod tests {
         );
         disagrees(
             |t| t.packages[1].2 = changelog("libgdrapi", "1.1.0-1"),
-            "debian/libgdrapi/changelog: the newest entry is `libgdrapi (1.1.0-1)",
+            "debian/libgdrapi.changelog: the newest entry is `libgdrapi (1.1.0-1)",
         );
         disagrees(
             |t| t.packages[4].2 = changelog("mtgdrcopy", "1.2.0-1"),
-            "debian/mtgdrcopy-bundle/changelog",
+            "debian/mtgdrcopy-bundle.changelog",
         );
         disagrees(
             |t| t.packages[0].2 = changelog("mtgdrdrv", "0.3.1-1"),
-            "debian/mtgdrdrv-dkms/changelog",
+            "debian/mtgdrdrv-dkms.changelog",
         );
     }
 

@@ -1,4 +1,4 @@
-//! Tests of debian/mtgdrdrv-load, the script that decides whether mtgdrdrv may be loaded (for
+//! Tests of debian/scripts/mtgdrdrv-load, the script that decides whether mtgdrdrv may be loaded (for
 //! the postinst and insmod.sh), run on the host against a fake sysfs tree (`MTGDRDRV_SYSFS`)
 //! with stand-ins for insmod, rmmod and modprobe first on PATH, which log their arguments and
 //! add or remove the fake tree's /sys/module/mtgdrdrv. The package install test runs the
@@ -81,7 +81,7 @@ impl Fake {
         );
         let mut command = Command::new("sh");
         command
-            .arg(paths::root().join("debian/mtgdrdrv-load"))
+            .arg(paths::root().join("debian/scripts/mtgdrdrv-load"))
             .args(args)
             .env("PATH", path)
             .env("MTGDRDRV_SYSFS", self.dir.join("sys"))
