@@ -9,7 +9,8 @@
 //!    DKMS built and installed mtgdrdrv.ko for that kernel (and only it: the CRC stub is not
 //!    installed), dkms.conf's version is the source directory's, the udev rule and
 //!    modules-load.d file are in /usr/lib, and a C program built against libgdrapi with
-//!    pkg-config (shared and static) gets `libgdrapi (>= <version>)` from dpkg-shlibdeps, i.e.
+//!    pkg-config (shared and static) gets `libgdrapi (>= <version>), libgdrapi (<< 2~)` from
+//!    dpkg-shlibdeps, i.e.
 //!    shlibs and symbols work.
 //! 2. **Container.** A bare minbase root gets only libgdrapi and mtgdrcopy-tests: apt must not
 //!    pull in dkms or anything of the module.
@@ -489,7 +490,8 @@ fn check_dkms_installed(
 }
 
 /// A C program against the installed libgdrapi: compiled and linked through pkg-config (shared
-/// and static), and dpkg-shlibdeps gives it `libgdrapi (>= <upstream version>)`.
+/// and static), and dpkg-shlibdeps gives it `libgdrapi (>= <upstream version>), libgdrapi (<<
+/// <next major>~)`: a 2.x package, which has no libgdrapi.so.1, must not satisfy it.
 fn check_consumer(sh: &Shell, host: &Root, lib: &Built) -> Result<()> {
     let dir = host.new_file("/tmp/consumer");
     fs::create_dir_all(dir.join("debian"))?;
@@ -533,7 +535,10 @@ fn check_consumer(sh: &Shell, host: &Root, lib: &Built) -> Result<()> {
         "the consumer printed {shared:?} (shared) and {stat:?} (static), expected {expected:?}"
     );
     let deps = sh_in("cd /tmp/consumer && dpkg-shlibdeps -O consumer 2>/dev/null")?;
-    let want = format!("libgdrapi (>= {upstream})");
+    let want = format!(
+        "libgdrapi (>= {upstream}), libgdrapi (<< {})",
+        crate::debian::next_major(upstream)?
+    );
     ensure!(
         deps.contains(&want),
         "dpkg-shlibdeps gave a consumer {deps:?}, which lacks {want}"
