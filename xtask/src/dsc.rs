@@ -271,14 +271,19 @@ fn lock_entries(lock: &str) -> BTreeSet<String> {
 fn vendor(sh: &Shell, dir: &Path) -> Result<()> {
     let manifest = dir.join("Cargo.toml");
     let vendor = dir.join("vendor");
-    cmd!(
+    let out = cmd!(
         sh,
         "cargo vendor --offline --locked --versioned-dirs --manifest-path {manifest} {vendor}"
     )
     .quiet()
-    .ignore_stdout()
-    .run()
-    .context("cargo vendor (the crates must be in the local cache: cargo fetch)")?;
+    .ignore_status()
+    .output()
+    .context("running cargo vendor")?;
+    ensure!(
+        out.status.success(),
+        "cargo vendor failed (the crates must be in the local cache: cargo fetch):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     Ok(())
 }
 

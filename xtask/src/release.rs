@@ -13,7 +13,8 @@
 //!    `none` only builds every .deb and runs lintian on them. Lintian runs in all three. The
 //!    tests are skipped (and reported so) when an earlier check failed.
 //!
-//! With `--dist DIR` and everything green, DIR receives what a release publishes: every .deb,
+//! With `--dist DIR` and everything green, DIR receives what a release publishes: every .deb
+//! (and -dbgsym .deb), the source package (.dsc, orig and debian tarballs),
 //! SHA256SUMS and RELEASE-NOTES.md (the newest changelog entry of each package). The release
 //! workflow attaches exactly that directory.
 
@@ -228,7 +229,8 @@ pub fn cli(args: Args) -> Result<()> {
     Ok(())
 }
 
-/// Copies every .deb of this tree's release into `dist` with SHA256SUMS and RELEASE-NOTES.md.
+/// Copies every .deb of this tree's release (with the -dbgsym ones) and the source package into
+/// `dist` with SHA256SUMS and RELEASE-NOTES.md.
 fn write_dist(
     sh: &Shell,
     ws: &Workspace,
@@ -242,19 +244,34 @@ fn write_dist(
     for package in Package::SPLIT.into_iter().chain([Package::Bundle]) {
         let debian_version = crate::deb::package_version(ws, package)?;
         let prefix = format!("{}_{debian_version}_", package.deb_name());
+        let dbgsym = format!("{}-dbgsym_{debian_version}_", package.deb_name());
         let mut found = false;
         for entry in fs::read_dir(paths::build_dir())? {
             let path = entry?.path();
             let Some(name) = path.file_name().and_then(|n| n.to_str()).map(str::to_owned) else {
                 continue;
             };
-            if name.starts_with(&prefix) && name.ends_with(".deb") {
+            if name.starts_with(&dbgsym) && name.ends_with(".deb") {
+                fs::copy(&path, dist.join(&name)).with_context(|| format!("copying {name}"))?;
+                names.push(name);
+            } else if name.starts_with(&prefix) && name.ends_with(".deb") {
                 fs::copy(&path, dist.join(&name)).with_context(|| format!("copying {name}"))?;
                 names.push(name);
                 found = true;
             }
         }
         ensure!(found, "build/ has no {prefix}*.deb");
+    }
+    // The source package, for distributions that build it themselves.
+    let source = crate::dsc::build(sh)?;
+    for path in [&source.dsc, &source.orig, &source.debian] {
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .context("a source package file has no name")?
+            .to_owned();
+        fs::copy(path, dist.join(&name)).with_context(|| format!("copying {name}"))?;
+        names.push(name);
     }
     names.sort();
     let _cwd = sh.push_dir(dist);
@@ -263,7 +280,7 @@ fn write_dist(
     fs::write(dist.join("SHA256SUMS"), format!("{sums}\n"))?;
     fs::write(dist.join("RELEASE-NOTES.md"), release_notes(tree, version))?;
     eprintln!(
-        "    {}: {} .debs, SHA256SUMS, RELEASE-NOTES.md",
+        "    {}: {} files (.debs, the source package), SHA256SUMS, RELEASE-NOTES.md",
         dist.display(),
         names.len()
     );
