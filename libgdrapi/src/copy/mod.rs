@@ -179,13 +179,13 @@ pub(crate) unsafe fn to_device<E: Engine>(mut dst: *mut u8, mut src: *const u8, 
     // inside those ranges, and each wide access is made at a device address aligned to its width.
     unsafe {
         if E::STORE_MAX >= 16 {
-            while n > 0 && !(dst as usize).is_multiple_of(16) {
+            while n > 0 && (dst as usize) % 16 != 0 {
                 let w = small_width(dst as usize, n);
                 store_small(dst, src, w);
                 (dst, src, n) = (dst.add(w), src.add(w), n - w);
             }
-            while n >= 16 && !(dst as usize).is_multiple_of(E::STORE_MAX) {
-                let w = if E::STORE_MAX >= 32 && n >= 32 && (dst as usize).is_multiple_of(32) {
+            while n >= 16 && (dst as usize) % E::STORE_MAX != 0 {
+                let w = if E::STORE_MAX >= 32 && n >= 32 && (dst as usize) % 32 == 0 {
                     32
                 } else {
                     16
@@ -227,13 +227,13 @@ pub(crate) unsafe fn from_device<E: Engine>(mut dst: *mut u8, mut src: *const u8
     // SAFETY (whole body): as `to_device`, with alignment taken on the device side `src`.
     unsafe {
         if E::LOAD_MAX >= 16 {
-            while n > 0 && !(src as usize).is_multiple_of(16) {
+            while n > 0 && (src as usize) % 16 != 0 {
                 let w = small_width(src as usize, n);
                 load_small(dst, src, w);
                 (dst, src, n) = (dst.add(w), src.add(w), n - w);
             }
-            while n >= 16 && !(src as usize).is_multiple_of(E::LOAD_MAX) {
-                let w = if E::LOAD_MAX >= 32 && n >= 32 && (src as usize).is_multiple_of(32) {
+            while n >= 16 && (src as usize) % E::LOAD_MAX != 0 {
+                let w = if E::LOAD_MAX >= 32 && n >= 32 && (src as usize) % 32 == 0 {
                     32
                 } else {
                     16

@@ -1,5 +1,6 @@
 //! x86-64 variants. SSE2 is the baseline; wider ones are enabled per function with
-//! `#[target_feature]` and only ever called after run-time detection said the CPU has them.
+//! `#[target_feature]` (AVX-512 and MOVDIR64B accesses are inline assembly) and only ever
+//! called after run-time detection said the CPU has them.
 //!
 //! Stores to the device are non-temporal (`movntdq`, `vmovntdq`, `movdir64b`): on a WC mapping
 //! they fill whole write-combining lines, so PCIe sees full 64-byte writes. Loads use streaming
@@ -80,7 +81,11 @@ fn has_avx512() -> bool {
 }
 fn has_movdir64b() -> bool {
     // CPUID.(EAX=7,ECX=0):ECX bit 28. MOVDIR64B needs no OS-saved state.
-    let leaf7 = __cpuid_count(7, 0);
+    // `__cpuid_count` is still an unsafe fn in Rust 1.85 (Debian's, the oldest this builds
+    // with) and safe in newer ones: the block is needed there and unused here.
+    #[allow(unused_unsafe)]
+    // SAFETY: CPUID exists on every x86-64 CPU; leaf 7 is read-only and has no preconditions.
+    let leaf7 = unsafe { __cpuid_count(7, 0) };
     has_sse41() && leaf7.ecx & (1 << 28) != 0
 }
 
@@ -165,29 +170,49 @@ unsafe fn avx2_load32(dst: *mut u8, src: *const u8, n: usize) {
     }
 }
 
-#[target_feature(enable = "avx512f")]
-#[inline]
+// The AVX-512 accesses are inline assembly, not `_mm512_*` intrinsics: those and
+// `#[target_feature(enable = "avx512f")]` are stable only from Rust 1.89, and the library builds
+// with Debian's rustc 1.85. The assembler takes the instructions whatever the enclosing
+// function's features (as `movdir64b` below); the variant runs only where `avx512f` was
+// detected. `zmm0` is declared clobbered; the entry point also uses ymm registers (the 32-byte
+// steps), so the compiler ends it with `vzeroupper`, which clears the upper state this dirties.
+
+#[inline(always)]
 unsafe fn avx512_store64(dst: *mut u8, src: *const u8, n: usize) {
     let mut i = 0;
     while i < n {
-        // SAFETY: `dst + i` is 64-aligned and in range; `src + i` may be unaligned.
+        // SAFETY: the CPU has AVX-512F (checked before this variant is used); `dst + i` is
+        // 64-aligned and 64 bytes are in range at both pointers; `src + i` may be unaligned
+        // (`vmovdqu64`). Only zmm0 is written, and it is declared.
         unsafe {
-            let v = _mm512_loadu_si512(src.add(i).cast());
-            _mm512_stream_si512(dst.add(i).cast(), v);
+            std::arch::asm!(
+                "vmovdqu64 zmm0, [{src}]",
+                "vmovntdq [{dst}], zmm0",
+                src = in(reg) src.add(i),
+                dst = in(reg) dst.add(i),
+                out("zmm0") _,
+                options(nostack, preserves_flags),
+            );
         }
         i += 64;
     }
 }
 
-#[target_feature(enable = "avx512f")]
-#[inline]
+#[inline(always)]
 unsafe fn avx512_load64(dst: *mut u8, src: *const u8, n: usize) {
     let mut i = 0;
     while i < n {
-        // SAFETY: `src + i` is 64-aligned and in range; `dst + i` may be unaligned.
+        // SAFETY: as `avx512_store64`, with `src + i` the 64-aligned side (`vmovntdqa` requires
+        // it) and `dst + i` possibly unaligned (`vmovdqu64`).
         unsafe {
-            let v = _mm512_stream_load_si512(src.add(i).cast());
-            _mm512_storeu_si512(dst.add(i).cast(), v);
+            std::arch::asm!(
+                "vmovntdqa zmm0, [{src}]",
+                "vmovdqu64 [{dst}], zmm0",
+                src = in(reg) src.add(i),
+                dst = in(reg) dst.add(i),
+                out("zmm0") _,
+                options(nostack, preserves_flags),
+            );
         }
         i += 64;
     }
@@ -347,9 +372,11 @@ entry_points!(Sse2, "sse2", sse2_to_device, sse2_from_device);
 entry_points!(Sse41, "sse4.1", sse41_to_device, sse41_from_device);
 entry_points!(Avx, "avx,sse4.1", avx_to_device, avx_from_device);
 entry_points!(Avx2, "avx2,avx,sse4.1", avx2_to_device, avx2_from_device);
+// No "avx512f" here (stable in `target_feature` only from Rust 1.89): the 64-byte accesses are
+// assembly, the rest of the engine is AVX2's.
 entry_points!(
     Avx512,
-    "avx512f,avx2,avx,sse4.1",
+    "avx2,avx,sse4.1",
     avx512_to_device,
     avx512_from_device
 );

@@ -28,7 +28,7 @@ impl BucketPlan {
     /// The plan for `requested` iterations (at least 1; 0 is treated as 1).
     pub fn new(requested: u64) -> BucketPlan {
         let requested = requested.max(1);
-        let iterations = if requested > MAX_BUCKETS && !requested.is_multiple_of(MAX_BUCKETS) {
+        let iterations = if requested > MAX_BUCKETS && requested % MAX_BUCKETS != 0 {
             requested.div_ceil(MAX_BUCKETS) * MAX_BUCKETS
         } else {
             requested

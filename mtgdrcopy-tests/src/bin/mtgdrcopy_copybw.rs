@@ -75,7 +75,7 @@ fn plan(args: &Args) -> Result<Plan> {
     if copy_size == 0 {
         bail!("the copy size (-c) must be at least 1 byte");
     }
-    if !args.offset.is_multiple_of(4) {
+    if args.offset % 4 != 0 {
         bail!(
             "the offset (-o) must be a multiple of 4 bytes, got {}",
             args.offset
