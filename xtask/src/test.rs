@@ -118,7 +118,7 @@ fn unit_tests(sh: &Shell) -> Result<()> {
 /// Builds the release library and stages it under build/lib with its real name
 /// (`libgdrapi.so.1.0.0`), the soname link and the development link; returns that directory.
 pub fn build_library(sh: &Shell) -> Result<PathBuf> {
-    cmd!(sh, "cargo build --quiet --release -p libgdrapi").run()?;
+    cmd!(sh, "cargo build --quiet --release -p libgdrapi --locked").run()?;
     link_library(
         &paths::root().join("target/release"),
         &paths::build_dir().join("lib"),
