@@ -48,6 +48,10 @@ pub fn run(args: Args) -> Result<()> {
         ),
         ("unit and integration tests", Box::new(unit_tests)),
         ("libgdrapi.so exports and soname", Box::new(shared_library)),
+        (
+            "libgdrapi.a: only gdr_* global, no bitcode, links beside another Rust staticlib",
+            Box::new(crate::staticlib::test_step),
+        ),
         ("gdrapi.h C and C++ compile test", Box::new(header_test)),
         (
             "libFuzzer targets of libgdrapi (cargo-fuzz)",
