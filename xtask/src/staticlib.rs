@@ -43,17 +43,19 @@ pub struct Args {
     /// A processed archive to check (e.g. a package's); without it, the release build's, made
     /// with debian/scripts/static-archive (the step of `cargo xtask test`).
     pub archive: Option<PathBuf>,
-    /// Rust target triple of ARCHIVE: checked with that target's toolchain (arm64 in its chroot).
-    #[arg(long, value_name = "TRIPLE", requires = "archive")]
+    /// Rust target triple: the archive's, or the one to build for; checked with that target's
+    /// toolchain (arm64: Debian's, in its chroot, programs run under qemu-user).
+    #[arg(long, value_name = "TRIPLE")]
     pub target: Option<String>,
 }
 
 pub fn cli(args: Args) -> Result<()> {
     let sh = Shell::new()?;
     sh.change_dir(paths::root());
+    let target = cross::parse(args.target.as_deref())?;
     match args.archive {
-        None => test_step(&sh),
-        Some(archive) => check(&sh, &archive, cross::parse(args.target.as_deref())?),
+        None => step(&sh, target),
+        Some(archive) => check(&sh, &archive, target),
     }
 }
 
@@ -69,8 +71,20 @@ pub fn static_archive(
     output: &Path,
     target: Option<&Target>,
 ) -> Result<()> {
+    script_cmd(sh, input, output, target)?
+        .quiet()
+        .run()
+        .with_context(|| format!("debian/scripts/static-archive {}", input.display()))
+}
+
+fn script_cmd<'a>(
+    sh: &'a Shell,
+    input: &Path,
+    output: &Path,
+    target: Option<&Target>,
+) -> Result<Cmd<'a>> {
     let script = script();
-    let run = match target {
+    Ok(match target {
         None => cmd!(sh, "{script} {input} {output}"),
         Some(t) => {
             let env: Vec<String> = ["ld", "objcopy", "ar", "nm", "readelf"]
@@ -81,10 +95,7 @@ pub fn static_archive(
                 .cmd(sh, t, &env, &script.to_string_lossy())
                 .args([input, output])
         }
-    };
-    run.quiet()
-        .run()
-        .with_context(|| format!("debian/scripts/static-archive {}", input.display()))
+    })
 }
 
 /// Checks the processed static library `archive` for `target` (the machine's if `None`): no
@@ -117,20 +128,35 @@ pub fn check(sh: &Shell, archive: &Path, target: Option<&Target>) -> Result<()> 
     Ok(())
 }
 
-/// The step of `cargo xtask test`: the release staticlib through the script into
-/// build/staticlib-check/libgdrapi.a, twice to show the output is reproducible, then
-/// [`check`]; and the script must refuse an archive without the API.
+/// The step of `cargo xtask test`: see [`step`].
 pub fn test_step(sh: &Shell) -> Result<()> {
-    let input = crate::test::build_library(sh)?.join("libgdrapi.a");
+    step(sh, None)
+}
+
+/// The release staticlib for `target` through the script into
+/// build/staticlib-check/libgdrapi[-ARCH].a, twice to show the output is reproducible, then
+/// [`check`]; and the script must refuse an archive without the API.
+fn step(sh: &Shell, target: Option<&Target>) -> Result<()> {
+    let input = match target {
+        None => crate::test::build_library(sh)?.join("libgdrapi.a"),
+        Some(t) => {
+            cross::build(sh, t, true, false)?;
+            cross::release_dir(t).join("libgdrapi.a")
+        }
+    };
     let dir = paths::build_dir().join("staticlib-check");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let output = dir.join("libgdrapi.a");
-    let again = dir.join("libgdrapi.again.a");
-    static_archive(sh, &input, &output, None)?;
+    let name = target.map_or("libgdrapi".to_owned(), |t| {
+        format!("libgdrapi-{}", t.debian)
+    });
+    let output = dir.join(format!("{name}.a"));
+    let again = dir.join(format!("{name}.again.a"));
+    static_archive(sh, &input, &output, target)?;
     {
-        // Another temporary directory: its path must not reach the output.
+        // Another temporary directory (natively; the chroot's is its own /tmp): its path must
+        // not reach the output.
         let _tmp = sh.push_env("TMPDIR", &dir);
-        static_archive(sh, &input, &again, None)?;
+        static_archive(sh, &input, &again, target)?;
     }
     let (a, b) = (read(&output)?, read(&again)?);
     ensure!(
@@ -144,23 +170,22 @@ pub fn test_step(sh: &Shell) -> Result<()> {
         "    {} bytes -> {} bytes, {} global symbols -> {}",
         before,
         a.len(),
-        defined_globals(&readelf(sh, None, "-s", &input)?).len(),
-        defined_globals(&readelf(sh, None, "-s", &output)?).len(),
+        defined_globals(&readelf(sh, target, "-s", &input)?).len(),
+        defined_globals(&readelf(sh, target, "-s", &output)?).len(),
     );
-    check(sh, &output, None)?;
-    refuses_archive_without_api(sh, &dir)
+    check(sh, &output, target)?;
+    refuses_archive_without_api(sh, &dir, target)
 }
 
 /// static-archive on other.rs's staticlib (left by [`check`]), which defines no gdr_* symbol:
 /// must fail, saying so in one line.
-fn refuses_archive_without_api(sh: &Shell, dir: &Path) -> Result<()> {
-    let other = work_dir(dir, None).join("libother.a");
-    let script = script();
+fn refuses_archive_without_api(sh: &Shell, dir: &Path, target: Option<&Target>) -> Result<()> {
+    let other = work_dir(dir, target).join("libother.a");
     let out = dir.join("refused.a");
     if out.exists() {
         std::fs::remove_file(&out).with_context(|| format!("removing {}", out.display()))?;
     }
-    let result = cmd!(sh, "{script} {other} {out}")
+    let result = script_cmd(sh, &other, &out, target)?
         .quiet()
         .ignore_status()
         .output()
