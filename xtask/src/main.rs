@@ -21,6 +21,7 @@ mod paths;
 mod pkgtest;
 mod release;
 mod stage;
+mod staticlib;
 mod test;
 mod versions;
 mod vm;
@@ -100,6 +101,8 @@ enum Command {
     TestPackages(pkgtest::Args),
     /// Check that this tree is releasable: versions, changelogs, headers, lintian, tests.
     ReleaseCheck(release::Args),
+    /// Check a static libgdrapi.a: only gdr_* global, no bitcode, links beside other Rust code.
+    CheckStaticlib(staticlib::Args),
     /// Check .github/workflows with actionlint and ShellCheck (a step of `test`).
     LintWorkflows,
     /// Turn build/*.deb into an apt repository (build/apt), optionally signed.
@@ -134,6 +137,7 @@ fn main() -> Result<()> {
         Command::TestPackages(args) => pkgtest::cli(args),
         Command::ReleaseCheck(args) => release::cli(args),
         Command::AptRepo(args) => aptrepo::cli(args),
+        Command::CheckStaticlib(args) => staticlib::cli(args),
         Command::LintWorkflows => {
             let sh = xshell::Shell::new()?;
             sh.change_dir(paths::root());

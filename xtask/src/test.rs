@@ -48,6 +48,10 @@ pub fn run(args: Args) -> Result<()> {
         ),
         ("unit and integration tests", Box::new(unit_tests)),
         ("libgdrapi.so exports and soname", Box::new(shared_library)),
+        (
+            "libgdrapi.a: only gdr_* global, no bitcode, links beside another Rust staticlib",
+            Box::new(crate::staticlib::test_step),
+        ),
         ("gdrapi.h C and C++ compile test", Box::new(header_test)),
         (
             "libFuzzer targets of libgdrapi (cargo-fuzz)",
@@ -118,7 +122,7 @@ fn unit_tests(sh: &Shell) -> Result<()> {
 /// Builds the release library and stages it under build/lib with its real name
 /// (`libgdrapi.so.1.0.0`), the soname link and the development link; returns that directory.
 pub fn build_library(sh: &Shell) -> Result<PathBuf> {
-    cmd!(sh, "cargo build --quiet --release -p libgdrapi").run()?;
+    cmd!(sh, "cargo build --quiet --release -p libgdrapi --locked").run()?;
     link_library(
         &paths::root().join("target/release"),
         &paths::build_dir().join("lib"),
