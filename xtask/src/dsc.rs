@@ -101,7 +101,7 @@ pub fn build(sh: &Shell) -> Result<SourcePackage> {
     let out = paths::build_dir().join("source");
     stage::fresh_dir(&out)?;
     let dir = out.join(format!("{name}-{upstream}"));
-    copy_tracked(sh, &dir)?;
+    copy_tracked(sh, &dir, LEFT_OUT)?;
     product_workspace(sh, &dir)?;
     vendor(sh, &dir)?;
 
@@ -171,10 +171,12 @@ fn tracked(sh: &Shell, under: &str) -> Result<Vec<String>> {
         .collect())
 }
 
-fn copy_tracked(sh: &Shell, dir: &Path) -> Result<()> {
+/// Copies the files git tracks, as they are in the working tree, into `dir`, but those under
+/// the `left_out` prefixes.
+pub fn copy_tracked(sh: &Shell, dir: &Path, left_out: &[&str]) -> Result<()> {
     let root = paths::root();
     for file in tracked(sh, ".")? {
-        if LEFT_OUT.iter().any(|p| file.starts_with(p)) {
+        if left_out.iter().any(|p| file.starts_with(p)) {
             continue;
         }
         let from = root.join(&file);

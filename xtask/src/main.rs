@@ -20,6 +20,7 @@ mod msrv;
 mod paths;
 mod pkgtest;
 mod release;
+mod repro;
 mod stage;
 mod staticlib;
 mod test;

@@ -55,11 +55,11 @@ use root::Root;
 /// The packaging steps; the install test only with `vm` (it boots QEMU).
 pub fn test_steps(vm: bool) -> Vec<Step<'static>> {
     let debs: Rc<RefCell<Option<Vec<Built>>>> = Rc::default();
-    let (d1, d2, d3, d4) = (debs.clone(), debs.clone(), debs.clone(), debs);
+    let (d1, d2, d3, d4, d5) = (debs.clone(), debs.clone(), debs.clone(), debs.clone(), debs);
     let mut steps: Vec<Step<'static>> = vec![
         (
-            "packages: build every .deb (deb-all, deb-bundle)",
-            Box::new(move |sh: &Shell| built(sh, &d1).map(drop)),
+            "packages: build every .deb (deb-all, deb-bundle); xz, -dbgsym, libgdrapi.a",
+            Box::new(move |sh: &Shell| contents_check(sh, &built(sh, &d1)?)),
         ),
         (
             "packages: lintian on every .deb",
@@ -68,6 +68,10 @@ pub fn test_steps(vm: bool) -> Vec<Step<'static>> {
         (
             "source package: dpkg-buildpackage in trixie offline, lintian, same as deb-all",
             Box::new(move |sh: &Shell| crate::dsc::test_step(sh, &built(sh, &d4)?)),
+        ),
+        (
+            "packages: reproducible (deb-all again from a copy at another path)",
+            Box::new(move |sh: &Shell| crate::repro::test_step(sh, &built(sh, &d5)?)),
         ),
     ];
     if vm {
@@ -116,6 +120,40 @@ fn built(sh: &Shell, cache: &Rc<RefCell<Option<Vec<Built>>>>) -> Result<Vec<Buil
     }
     *cache.borrow_mut() = Some(debs.clone());
     Ok(debs)
+}
+
+/// What the archives must be: xz members; a -dbgsym package beside each package with ELF
+/// files; a libgdrapi.a without bitcode whose only global symbols are the API, linking beside
+/// another Rust staticlib (staticlib.rs). Prints the sizes.
+fn contents_check(sh: &Shell, debs: &[Built]) -> Result<()> {
+    for b in debs {
+        for deb in std::iter::once(&b.path).chain(b.dbgsym.iter()) {
+            let members = cmd!(sh, "ar t {deb}").quiet().read()?;
+            let members: Vec<&str> = members.lines().collect();
+            ensure!(
+                members == ["debian-binary", "control.tar.xz", "data.tar.xz"],
+                "{}: members {members:?}, expected xz-compressed control and data",
+                deb.display()
+            );
+            let size = fs::metadata(deb)?.len();
+            eprintln!("    {:>9} KiB  {}", size.div_ceil(1024), deb.display());
+        }
+        let has_elf = !deb::elf_files(&b.package.tree())?.is_empty();
+        ensure!(
+            has_elf == b.dbgsym.is_some(),
+            "{}: {} ELF files, but {} -dbgsym package",
+            b.package.deb_name(),
+            if has_elf { "has" } else { "no" },
+            if b.dbgsym.is_some() { "a" } else { "no" }
+        );
+    }
+    let lib = find(debs, Package::Lib)?;
+    let arch = stage::host_arch()?;
+    let archive = lib
+        .package
+        .tree()
+        .join(format!("usr/lib/{}/libgdrapi.a", arch.multiarch));
+    crate::staticlib::check(sh, &archive, None)
 }
 
 fn timed(what: &str, start: Instant) {

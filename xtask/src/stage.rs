@@ -499,7 +499,7 @@ pub fn copy_module_sources(from: &Path, to: &Path) -> Result<Vec<String>> {
     Ok(copied)
 }
 
-/// debian/libgdrapi/symbols, after checking that it lists exactly the library's exports: each
+/// debian/libgdrapi.symbols, after checking that it lists exactly the library's exports: each
 /// symbol carries the version that introduced it, which only a person can say, so the file is
 /// maintained by hand and this check fails when an export is added or removed.
 fn symbols_file(sh: &Shell, _ws: &Workspace, so: &Path) -> Result<String> {

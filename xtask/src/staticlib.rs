@@ -3,7 +3,7 @@
 //! [`check`] proves, of any archive (the test step's, or the one a package ships):
 //!
 //! - no member has an LLVM bitcode section (`.llvmbc`, `.llvmcmd`);
-//! - its defined global symbols are exactly the API listed in debian/libgdrapi/symbols;
+//! - its defined global symbols are exactly the API listed in debian/libgdrapi.symbols;
 //! - a C program links it beside another Rust staticlib (staticlib/other.rs: its own std,
 //!   global allocator and unwinding) with `--gc-sections`, and runs, each library on its own
 //!   runtime.
@@ -275,7 +275,7 @@ fn no_bitcode(tools: &Tools, archive: &Path) -> Result<()> {
 }
 
 fn exports_only_the_api(tools: &Tools, archive: &Path) -> Result<()> {
-    let path = paths::root().join("debian/libgdrapi/symbols");
+    let path = paths::root().join("debian/libgdrapi.symbols");
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let api = api_symbols(&text);
@@ -547,8 +547,8 @@ Symbol table '.symtab' contains 2 entries:
 
     #[test]
     fn the_package_symbols_file_is_the_api() {
-        let path = paths::root().join("debian/libgdrapi/symbols");
-        let text = std::fs::read_to_string(path).expect("debian/libgdrapi/symbols");
+        let path = paths::root().join("debian/libgdrapi.symbols");
+        let text = std::fs::read_to_string(path).expect("debian/libgdrapi.symbols");
         let api = api_symbols(&text);
         assert!(api.len() > 10 && api.iter().all(|s| s.starts_with("gdr_")));
     }
