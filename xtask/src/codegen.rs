@@ -1,8 +1,11 @@
-//! `cargo xtask codegen [--check]`: the C headers generated from the Rust definitions.
+//! `cargo xtask codegen [--check]`: the files generated from one definition elsewhere.
 //!
-//! cbindgen writes the structs, enums and function prototypes; values that cbindgen cannot
-//! evaluate (ioctl numbers and versions computed by `const fn`) are written here from the same
-//! Rust constants, so there is still only one definition.
+//! - The C headers, from the Rust definitions. cbindgen writes the structs, enums and function
+//!   prototypes; values that cbindgen cannot evaluate (ioctl numbers and versions computed by
+//!   `const fn`) are written here from the same Rust constants, so there is still only one
+//!   definition.
+//! - The maintainer and homepage in debian/copyright and the Cargo.toml files, from
+//!   debian/control (identity.rs).
 
 use std::fmt::Write as _;
 use std::fs;
@@ -45,7 +48,8 @@ pub fn run(check: bool) -> Result<()> {
 
 pub fn generate_all() -> Result<Vec<Generated>> {
     let root = paths::root();
-    Ok(vec![
+    let identity = crate::identity::identity()?;
+    let mut files = vec![
         Generated {
             path: root.join("mtgdrdrv/kmod/mtgdrdrv_ioctl.h"),
             contents: kmod_header(&root)?,
@@ -58,7 +62,9 @@ pub fn generate_all() -> Result<Vec<Generated>> {
             path: root.join("libgdrapi/include/gdrapi.h"),
             contents: gdrapi::header(&root)?,
         },
-    ])
+    ];
+    files.extend(crate::identity::cargo_manifests(&root, &identity)?);
+    Ok(files)
 }
 
 pub fn banner(source: &str) -> String {

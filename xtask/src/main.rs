@@ -9,8 +9,10 @@ mod codegen;
 mod copycount;
 mod cross;
 mod deb;
+mod deb822;
 mod fuzz;
 mod hostbench;
+mod identity;
 mod install;
 mod kernel;
 mod matrix;
@@ -44,7 +46,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Regenerate the C headers from the Rust ABI definitions.
+    /// Regenerate the C headers from the Rust ABI definitions, and the maintainer and homepage
+    /// from debian/control.
     Codegen {
         /// Do not write: fail if a generated file differs from what would be generated.
         #[arg(long)]
