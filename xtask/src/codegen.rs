@@ -6,6 +6,7 @@
 //!   definition.
 //! - The maintainer and homepage in debian/copyright and the Cargo.toml files, from
 //!   debian/control (identity.rs).
+//! - The third-party part of debian/copyright, from Cargo.lock (licences.rs).
 
 use std::fmt::Write as _;
 use std::fs;
@@ -64,6 +65,7 @@ pub fn generate_all() -> Result<Vec<Generated>> {
         },
     ];
     files.extend(crate::identity::cargo_manifests(&root, &identity)?);
+    files.push(crate::licences::generate(&root, &identity)?);
     Ok(files)
 }
 

@@ -72,6 +72,24 @@ pub fn parse(text: &str) -> Result<Vec<Paragraph>> {
     Ok(paragraphs)
 }
 
+/// A multi-line field value as deb822 writes it: continuation lines indented by one space, an
+/// empty line as ` .`, no trailing whitespace, tabs expanded (lintian: tab-in-license-text).
+pub fn continuation(lines: impl IntoIterator<Item = impl AsRef<str>>) -> String {
+    let mut out = String::new();
+    for line in lines {
+        let line = line.as_ref().replace('\t', "        ");
+        let line = line.trim_end();
+        out.push('\n');
+        if line.is_empty() {
+            out.push_str(" .");
+        } else {
+            out.push(' ');
+            out.push_str(line);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,5 +115,13 @@ mod tests {
         assert!(parse("Files: *\nfiles: x\n").is_err());
         assert!(parse("Files *\n").is_err());
         assert!(parse("-Files: *\n").is_err());
+    }
+
+    #[test]
+    fn continuation_lines_round_trip() {
+        let value = format!("ISC{}", continuation(["a\tb ", "", "c"]));
+        assert_eq!(value, "ISC\n a        b\n .\n c");
+        let parsed = parse(&format!("License: {value}\n")).unwrap();
+        assert_eq!(parsed[0].get("License"), Some("ISC\na        b\n\nc"));
     }
 }

@@ -15,6 +15,7 @@ mod hostbench;
 mod identity;
 mod install;
 mod kernel;
+mod licences;
 mod matrix;
 mod msrv;
 mod paths;
@@ -46,8 +47,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Regenerate the C headers from the Rust ABI definitions, and the maintainer and homepage
-    /// from debian/control.
+    /// Regenerate the C headers from the Rust ABI definitions, debian/copyright's third-party
+    /// part from Cargo.lock, and the maintainer and homepage from debian/control.
     Codegen {
         /// Do not write: fail if a generated file differs from what would be generated.
         #[arg(long)]

@@ -9,8 +9,9 @@
 //! 5. no maintainer address or homepage is a placeholder (example.org, *.invalid, ...:
 //!    identity.rs) in debian/control, debian/copyright, the Cargo.toml files or a changelog's
 //!    newest trailer;
-//! 6. the generated files are fresh (`codegen --check`): the headers and the maintainer and
-//!    homepage copied from debian/control;
+//! 6. the generated files are fresh (`codegen --check`): the headers, debian/copyright's
+//!    third-party part (from Cargo.lock) and the maintainer and homepage copied from
+//!    debian/control;
 //! 7. tests green: `--tests full` (the default) runs all of `cargo xtask test`, `quick` the
 //!    steps without QEMU and the kernel matrix (`test --no-vm --no-matrix`: lints, unit tests,
 //!    header tests, fuzz and copy-count steps, actionlint, every .deb built and lintian-clean);
@@ -176,7 +177,7 @@ pub fn cli(args: Args) -> Result<()> {
     );
     check(
         &mut report,
-        "generated files fresh (headers, identity)",
+        "generated files fresh (headers, debian/copyright, identity)",
         &mut || codegen::run(true),
     );
     let name = match args.tests {
