@@ -1,8 +1,12 @@
-//! `cargo xtask codegen [--check]`: the C headers generated from the Rust definitions.
+//! `cargo xtask codegen [--check]`: the files generated from one definition elsewhere.
 //!
-//! cbindgen writes the structs, enums and function prototypes; values that cbindgen cannot
-//! evaluate (ioctl numbers and versions computed by `const fn`) are written here from the same
-//! Rust constants, so there is still only one definition.
+//! - The C headers, from the Rust definitions. cbindgen writes the structs, enums and function
+//!   prototypes; values that cbindgen cannot evaluate (ioctl numbers and versions computed by
+//!   `const fn`) are written here from the same Rust constants, so there is still only one
+//!   definition.
+//! - The maintainer and homepage in debian/copyright and the Cargo.toml files, from
+//!   debian/control (identity.rs).
+//! - The third-party part of debian/copyright, from Cargo.lock (licences.rs).
 
 use std::fmt::Write as _;
 use std::fs;
@@ -49,8 +53,11 @@ pub fn run(check: bool) -> Result<()> {
 
 pub fn generate_all() -> Result<Vec<Generated>> {
     let root = paths::root();
+    let identity = crate::identity::identity()?;
     let mut all = generated_headers(&root)?;
     all.extend(manual_pages()?);
+    all.extend(crate::identity::cargo_manifests(&root, &identity)?);
+    all.push(crate::licences::generate(&root, &identity)?);
     Ok(all)
 }
 

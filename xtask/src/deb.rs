@@ -180,7 +180,7 @@ pub fn build(sh: &Shell, ws: &Workspace, package: Package) -> Result<Built> {
 /// What dh_strip and dh_gencontrol give an automatic debug symbol package.
 fn dbgsym_paragraph(binary: &Paragraph, version: &str, ids: &[String]) -> Paragraph {
     let name = binary.get("Package").unwrap_or_default();
-    let mut fields = vec![
+    let mut fields: Vec<(String, String)> = vec![
         ("Package".to_owned(), format!("{name}-dbgsym")),
         ("Auto-Built-Package".to_owned(), "debug-symbols".to_owned()),
         (
@@ -201,7 +201,7 @@ fn dbgsym_paragraph(binary: &Paragraph, version: &str, ids: &[String]) -> Paragr
         format!("debug symbols for {name}"),
     ));
     fields.push(("Build-Ids".to_owned(), ids.join(" ")));
-    Paragraph { fields }
+    Paragraph { line: 0, fields }
 }
 
 /// `<package>_<version>_<arch>.deb` in build/ (the epoch-free version, as dpkg names files).

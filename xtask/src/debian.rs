@@ -14,55 +14,7 @@ use anyhow::{bail, ensure, Context, Result};
 
 use crate::paths;
 
-/// One deb822 paragraph: fields in file order, continuation lines kept (with their newlines).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Paragraph {
-    pub fields: Vec<(String, String)>,
-}
-
-impl Paragraph {
-    pub fn get(&self, name: &str) -> Option<&str> {
-        self.fields
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-/// The paragraphs of a deb822 file (comments dropped).
-pub fn parse(text: &str) -> Result<Vec<Paragraph>> {
-    let mut paragraphs = Vec::new();
-    let mut current = Paragraph::default();
-    for (n, line) in text.lines().enumerate() {
-        if line.starts_with('#') {
-            continue;
-        }
-        if line.trim().is_empty() {
-            if !current.fields.is_empty() {
-                paragraphs.push(std::mem::take(&mut current));
-            }
-            continue;
-        }
-        if line.starts_with([' ', '\t']) {
-            let Some((_, value)) = current.fields.last_mut() else {
-                bail!("line {}: a continuation line before any field", n + 1);
-            };
-            value.push('\n');
-            value.push_str(line);
-            continue;
-        }
-        let Some((name, value)) = line.split_once(':') else {
-            bail!("line {}: not a field: {line:?}", n + 1);
-        };
-        current
-            .fields
-            .push((name.trim().to_owned(), value.trim().to_owned()));
-    }
-    if !current.fields.is_empty() {
-        paragraphs.push(current);
-    }
-    Ok(paragraphs)
-}
+pub use crate::deb822::{parse, Paragraph};
 
 /// `debian/control`: the source paragraph and the binary packages'.
 #[derive(Clone, Debug)]
@@ -217,7 +169,10 @@ pub fn gencontrol(control: &Control, binary: &Paragraph, gen: &GenControl) -> Re
     let mut out = String::new();
     for name in ORDER {
         if let Some(value) = fields.get(name) {
-            out.push_str(&format!("{name}: {value}\n"));
+            let mut lines = value.lines();
+            let first = lines.next().unwrap_or_default();
+            let rest = crate::deb822::continuation(lines);
+            out.push_str(&format!("{name}: {first}{rest}\n"));
         }
     }
     Ok(out)

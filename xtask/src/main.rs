@@ -9,12 +9,15 @@ mod codegen;
 mod copycount;
 mod cross;
 mod deb;
+mod deb822;
 mod debian;
 mod dsc;
 mod fuzz;
 mod hostbench;
+mod identity;
 mod install;
 mod kernel;
+mod licences;
 mod matrix;
 mod msrv;
 mod paths;
@@ -48,7 +51,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Regenerate the C headers from the Rust ABI definitions.
+    /// Regenerate the C headers from the Rust ABI definitions, debian/copyright's third-party
+    /// part from Cargo.lock, and the maintainer and homepage from debian/control.
     Codegen {
         /// Do not write: fail if a generated file differs from what would be generated.
         #[arg(long)]

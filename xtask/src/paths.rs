@@ -2,6 +2,11 @@
 
 use std::path::PathBuf;
 
+/// The product crates, each in the directory of its name: what the packages and the source
+/// tarball are made of. The other members (xtask, the fuzzer, the emulated libmusa) are
+/// development tools.
+pub const PRODUCTS: [&str; 4] = ["mtgdrdrv", "libgdrapi", "mtgdrcopy-tests", "mtgdrcopy-meta"];
+
 pub fn root() -> PathBuf {
     let xtask_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     xtask_dir.parent().map(PathBuf::from).unwrap_or(xtask_dir)

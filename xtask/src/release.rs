@@ -6,8 +6,13 @@
 //! 3. with `--tag`, the tag is `v` + the release's version (the library line's, which the
 //!    metapackage carries);
 //! 4. the working tree has no uncommitted change (what is released is what is tagged);
-//! 5. the generated headers are fresh (`codegen --check`);
-//! 6. tests green: `--tests full` (the default) runs all of `cargo xtask test`, `quick` the
+//! 5. no maintainer address or homepage is a placeholder (example.org, *.invalid, ...:
+//!    identity.rs) in debian/control, debian/copyright, the Cargo.toml files or a changelog's
+//!    newest trailer;
+//! 6. the generated files are fresh (`codegen --check`): the headers, debian/copyright's
+//!    third-party part (from Cargo.lock) and the maintainer and homepage copied from
+//!    debian/control;
+//! 7. tests green: `--tests full` (the default) runs all of `cargo xtask test`, `quick` the
 //!    steps without QEMU and the kernel matrix (`test --no-vm --no-matrix`: lints, unit tests,
 //!    header tests, fuzz and copy-count steps, actionlint, every .deb built and lintian-clean);
 //!    `none` only builds every .deb and runs lintian on them. Lintian runs in all three. The
@@ -29,7 +34,7 @@ use crate::deb;
 use crate::stage::{self, Package};
 use crate::versions::{self, Tree};
 use crate::workspace::Workspace;
-use crate::{codegen, paths, pkgtest, test};
+use crate::{codegen, identity, paths, pkgtest, test};
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum Tests {
@@ -175,9 +180,16 @@ pub fn cli(args: Args) -> Result<()> {
             bail!("uncommitted changes (commit them, or pass --allow-dirty):\n{status}")
         }
     });
-    check(&mut report, "generated headers fresh", &mut || {
-        codegen::run(true)
-    });
+    check(
+        &mut report,
+        "no placeholder maintainer or homepage",
+        &mut || findings_to_result(identity::placeholder_findings(&sh, &tree)?),
+    );
+    check(
+        &mut report,
+        "generated files fresh (headers, debian/copyright, identity)",
+        &mut || codegen::run(true),
+    );
     let name = match args.tests {
         Tests::Full => "tests green (cargo xtask test)",
         Tests::Quick => "tests green (cargo xtask test --no-vm --no-matrix)",
