@@ -1,17 +1,35 @@
-//! The minimum supported Rust version (`rust-version` in the workspace's Cargo.toml) kept true
-//! without a toolchain of that version (rustup here cannot fetch one):
+//! The minimum supported Rust versions (`rust-version`), kept true without a toolchain of those
+//! versions (rustup here cannot fetch one). There are two:
+//! - the product's: the workspace's `rust-version` (1.85, Debian trixie's rustc, which the
+//!   source package builds with), taken by every member but xtask: the packaged crates
+//!   (mtgdrdrv, libgdrapi, mtgdrcopy-tests, mtgdrcopy-meta) and the test-only ones built next
+//!   to them (mtgdrdrv/fuzz, mtgdrdrv/emu/musa);
+//! - xtask's own (it uses `File::lock`, 1.89): a developer tool, built with the pinned toolchain
+//!   (rust-toolchain.toml), never packaged.
+//!
+//! Each is kept by:
 //! - our code: clippy's `incompatible_msrv` lint (on by default, an error under `-D warnings`)
-//!   rejects any standard library item stabilised after `rust-version`;
-//! - our dependencies: this check, that every crate in the lock file's resolution declares a
-//!   `rust-version` no newer than ours (cargo would refuse to build it with that toolchain);
-//! - the newest end: the arm64 steps build with Debian's rustc (cross.rs), the host's rustup
-//!   toolchain builds everything else.
+//!   rejects any standard library item stabilised after the crate's `rust-version`; it misses
+//!   language features and `target_feature` names, which only a build with that rustc catches
+//!   (the Debian package build does);
+//! - our dependencies: this check. Every crate the product crates reach through normal and
+//!   build dependencies (plus their own dev-dependencies: the package build runs their tests)
+//!   declares a `rust-version` no newer than the product's, and every crate xtask reaches none
+//!   newer than xtask's (cargo would refuse to build it with that toolchain). All platforms'
+//!   dependencies count, as `cargo metadata` lists them.
+//! - the newest end: the arm64 steps build with Debian's rustc (cross.rs), the pinned toolchain
+//!   builds everything else.
 
-use anyhow::{ensure, Context, Result};
+use std::collections::{HashMap, HashSet};
+
+use anyhow::{bail, ensure, Context, Result};
 use serde_json::Value;
 use xshell::{cmd, Shell};
 
 use crate::paths;
+
+/// The workspace member that may declare its own rust-version (checked against its own deps).
+const OWN_MSRV: &str = "xtask";
 
 /// `major.minor[.patch]` as a comparable triple.
 fn parse(version: &str) -> Option<(u32, u32, u32)> {
@@ -25,24 +43,134 @@ fn parse(version: &str) -> Option<(u32, u32, u32)> {
     parts.next().is_none().then_some((major, minor, patch))
 }
 
-/// The crates (name, version, rust-version) that need a newer Rust than `msrv`.
-fn too_new(packages: &[Value], msrv: (u32, u32, u32)) -> Result<Vec<String>> {
-    let mut found = Vec::new();
-    for p in packages {
-        let Some(rv) = p["rust_version"].as_str() else {
-            continue;
-        };
-        let name = p["name"].as_str().unwrap_or("?");
-        let version = p["version"].as_str().unwrap_or("?");
-        let parsed = parse(rv).with_context(|| format!("{name}: rust-version {rv:?}"))?;
-        if parsed > msrv {
-            found.push(format!("{name} {version} (rust-version {rv})"));
-        }
-    }
-    Ok(found)
+/// One `rust-version` and the crates held to it.
+#[derive(Debug, PartialEq)]
+struct Checked {
+    /// Whose it is: "product" or xtask.
+    whose: &'static str,
+    rust_version: String,
+    /// How many crates (members included) it was checked against.
+    crates: usize,
 }
 
-/// The test step: the workspace's rust-version, and no dependency needing a newer one.
+/// The rule on `cargo metadata` output; what it checked, or every violation in one error.
+fn check_metadata<'a>(meta: &'a Value) -> Result<Vec<Checked>> {
+    let packages: HashMap<&'a str, &'a Value> = meta["packages"]
+        .as_array()
+        .context("cargo metadata has no packages")?
+        .iter()
+        .filter_map(|p| Some((p["id"].as_str()?, p)))
+        .collect();
+    let nodes: HashMap<&'a str, &'a Value> = meta["resolve"]["nodes"]
+        .as_array()
+        .context("cargo metadata has no resolve graph")?
+        .iter()
+        .filter_map(|n| Some((n["id"].as_str()?, n)))
+        .collect();
+    let members: Vec<&str> = meta["workspace_members"]
+        .as_array()
+        .context("cargo metadata has no workspace_members")?
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let name = |id: &'a str| -> &'a str {
+        packages
+            .get(id)
+            .and_then(|p| p["name"].as_str())
+            .unwrap_or(id)
+    };
+    let rust_version =
+        |id: &str| -> Option<&'a str> { packages.get(id).and_then(|p| p["rust_version"].as_str()) };
+
+    let (own, product): (Vec<&str>, Vec<&str>) =
+        members.iter().partition(|id| name(id) == OWN_MSRV);
+    let product_versions: Vec<(&str, Option<&str>)> = product
+        .iter()
+        .map(|id| (name(id), rust_version(id)))
+        .collect();
+    let msrv = match product_versions.first() {
+        Some((_, Some(v))) if product_versions.iter().all(|(_, w)| *w == Some(*v)) => *v,
+        _ => bail!(
+            "every workspace crate but {OWN_MSRV} must take rust-version from the workspace \
+             (got {product_versions:?})"
+        ),
+    };
+
+    let mut checked = vec![("product", msrv, reachable(&nodes, &product, true)?)];
+    for id in &own {
+        let v = rust_version(id)
+            .with_context(|| format!("{OWN_MSRV} declares no rust-version of its own"))?;
+        checked.push((OWN_MSRV, v, reachable(&nodes, &[id], false)?));
+    }
+
+    let mut problems = Vec::new();
+    for (whose, v, crates) in &checked {
+        let limit = parse(v).with_context(|| format!("{whose} rust-version {v:?}"))?;
+        let mut newer = Vec::new();
+        for id in crates {
+            let Some(rv) = rust_version(id) else {
+                continue;
+            };
+            let parsed = parse(rv).with_context(|| format!("{}: rust-version {rv:?}", name(id)))?;
+            if parsed > limit {
+                let version = packages[id]["version"].as_str().unwrap_or("?");
+                newer.push(format!("{} {version} (rust-version {rv})", name(id)));
+            }
+        }
+        newer.sort();
+        if !newer.is_empty() {
+            problems.push(format!(
+                "dependencies of the {whose} crates need a newer Rust than their rust-version \
+                 {v}: {}",
+                newer.join(", ")
+            ));
+        }
+    }
+    ensure!(problems.is_empty(), "{}", problems.join("; "));
+    Ok(checked
+        .into_iter()
+        .map(|(whose, v, crates)| Checked {
+            whose,
+            rust_version: v.to_string(),
+            crates: crates.len(),
+        })
+        .collect())
+}
+
+/// The crates `roots` build with: themselves and what they reach through normal and build
+/// dependencies, plus, when `with_dev`, the roots' own dev-dependencies (their tests').
+fn reachable<'a>(
+    nodes: &HashMap<&'a str, &'a Value>,
+    roots: &[&'a str],
+    with_dev: bool,
+) -> Result<HashSet<&'a str>> {
+    let mut seen = HashSet::new();
+    let mut todo: Vec<&str> = roots.to_vec();
+    while let Some(id) = todo.pop() {
+        if !seen.insert(id) {
+            continue;
+        }
+        let node = nodes
+            .get(id)
+            .with_context(|| format!("{id} is not in the resolve graph"))?;
+        let is_root = roots.contains(&id);
+        for dep in node["deps"].as_array().into_iter().flatten() {
+            let wanted = dep["dep_kinds"].as_array().into_iter().flatten().any(|k| {
+                match k["kind"].as_str() {
+                    None | Some("build") => true,
+                    Some("dev") => with_dev && is_root,
+                    Some(_) => false,
+                }
+            });
+            if wanted {
+                todo.push(dep["pkg"].as_str().context("a dependency without pkg")?);
+            }
+        }
+    }
+    Ok(seen)
+}
+
+/// The test step: the product's and xtask's rust-version, and no dependency needing a newer one.
 pub fn check(sh: &Shell) -> Result<()> {
     let _cwd = sh.push_dir(paths::root());
     let json = cmd!(sh, "cargo metadata --format-version 1 --locked --offline")
@@ -50,35 +178,12 @@ pub fn check(sh: &Shell) -> Result<()> {
         .read()
         .context("running cargo metadata")?;
     let meta: Value = serde_json::from_str(&json).context("parsing cargo metadata")?;
-    let packages = meta["packages"]
-        .as_array()
-        .context("cargo metadata has no packages")?;
-    let members: Vec<&Value> = meta["workspace_members"]
-        .as_array()
-        .context("cargo metadata has no workspace_members")?
-        .iter()
-        .collect();
-    let ours: Vec<&str> = packages
-        .iter()
-        .filter(|p| members.contains(&&p["id"]))
-        .map(|p| p["rust_version"].as_str().unwrap_or(""))
-        .collect();
-    let msrv = ours.first().copied().unwrap_or("");
-    ensure!(
-        !msrv.is_empty() && ours.iter().all(|v| *v == msrv),
-        "every workspace crate must take rust-version from the workspace (got {ours:?})"
-    );
-    let msrv_parsed = parse(msrv).with_context(|| format!("workspace rust-version {msrv:?}"))?;
-    let newer = too_new(packages, msrv_parsed)?;
-    ensure!(
-        newer.is_empty(),
-        "dependencies need a newer Rust than rust-version {msrv}: {}",
-        newer.join(", ")
-    );
-    eprintln!(
-        "    rust-version {msrv}: {} crates, none needs a newer Rust",
-        packages.len()
-    );
+    for c in check_metadata(&meta)? {
+        eprintln!(
+            "    {} rust-version {}: {} crates, none needs a newer Rust",
+            c.whose, c.rust_version, c.crates
+        );
+    }
     Ok(())
 }
 
@@ -95,16 +200,165 @@ mod tests {
         assert_eq!(parse("1.x"), None);
     }
 
-    #[test]
-    fn newer_dependencies_are_named() {
-        let packages: Vec<Value> = serde_json::from_str(
-            r#"[{"name": "a", "version": "1.0.0", "rust_version": "1.88.0"},
-                {"name": "b", "version": "2.0.0", "rust_version": "1.90"},
-                {"name": "c", "version": "0.1.0", "rust_version": null}]"#,
+    /// A package: (id = name, rust_version).
+    fn package(name: &str, rust_version: Option<&str>) -> Value {
+        serde_json::json!({
+            "id": name, "name": name, "version": "1.0.0", "rust_version": rust_version,
+        })
+    }
+
+    /// Metadata of `packages`, with `members` and `deps` (from, to, kind: None, "build", "dev").
+    fn metadata(
+        packages: &[(&str, Option<&str>)],
+        members: &[&str],
+        deps: &[(&str, &str, Option<&str>)],
+    ) -> Value {
+        let nodes: Vec<Value> = packages
+            .iter()
+            .map(|(id, _)| {
+                let deps: Vec<Value> = deps
+                    .iter()
+                    .filter(|(from, _, _)| from == id)
+                    .map(|(_, to, kind)| {
+                        let kinds = [serde_json::json!({"kind": kind, "target": null})];
+                        serde_json::json!({"pkg": to, "dep_kinds": kinds})
+                    })
+                    .collect();
+                serde_json::json!({"id": id, "deps": deps})
+            })
+            .collect();
+        serde_json::json!({
+            "packages": packages.iter().map(|(n, v)| package(n, *v)).collect::<Vec<_>>(),
+            "workspace_members": members,
+            "resolve": {"nodes": nodes},
+        })
+    }
+
+    /// The workspace's shape: two product crates, xtask on a newer Rust, and their deps.
+    fn workspace(extra: &[(&str, Option<&str>)], deps: &[(&str, &str, Option<&str>)]) -> Value {
+        let mut packages = vec![
+            ("libgdrapi", Some("1.85")),
+            ("mtgdrcopy-tests", Some("1.85")),
+            ("xtask", Some("1.89")),
+            ("libc", Some("1.63")),
+        ];
+        packages.extend_from_slice(extra);
+        let mut all_deps = vec![
+            ("mtgdrcopy-tests", "libgdrapi", None),
+            ("libgdrapi", "libc", None),
+            ("xtask", "libgdrapi", None),
+        ];
+        all_deps.extend_from_slice(deps);
+        metadata(
+            &packages,
+            &["libgdrapi", "mtgdrcopy-tests", "xtask"],
+            &all_deps,
         )
-        .unwrap();
-        let newer = too_new(&packages, (1, 89, 0)).unwrap();
-        assert_eq!(newer, ["b 2.0.0 (rust-version 1.90)"]);
-        assert!(too_new(&packages, (1, 90, 0)).unwrap().is_empty());
+    }
+
+    fn error(meta: &Value) -> String {
+        format!("{:#}", check_metadata(meta).unwrap_err())
+    }
+
+    #[test]
+    fn product_and_xtask_are_checked_against_their_own() {
+        // xtask needs 1.89 and so may its dependencies; the product's stay at 1.85 or older.
+        let meta = workspace(
+            &[("cargo-deb", Some("1.89")), ("nix", Some("1.69"))],
+            &[
+                ("xtask", "cargo-deb", None),
+                ("libgdrapi", "nix", Some("build")),
+            ],
+        );
+        let checked = check_metadata(&meta).unwrap();
+        assert_eq!(
+            checked,
+            [
+                Checked {
+                    whose: "product",
+                    rust_version: "1.85".into(),
+                    crates: 4,
+                },
+                Checked {
+                    whose: "xtask",
+                    rust_version: "1.89".into(),
+                    crates: 5,
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn product_dependencies_newer_than_the_product_are_named() {
+        // Reached through a normal dependency of a dependency, and through a build dependency.
+        let meta = workspace(
+            &[("deep", Some("1.88.0")), ("build-tool", Some("1.86"))],
+            &[
+                ("libc", "deep", None),
+                ("mtgdrcopy-tests", "build-tool", Some("build")),
+            ],
+        );
+        let e = error(&meta);
+        assert!(
+            e.contains("product crates need a newer Rust than their rust-version 1.85")
+                && e.contains(
+                    "build-tool 1.0.0 (rust-version 1.86), deep 1.0.0 (rust-version 1.88.0)"
+                ),
+            "{e}"
+        );
+        assert!(!e.contains("xtask crates"), "{e}");
+    }
+
+    #[test]
+    fn the_product_tests_dependencies_count_but_not_those_of_dependencies() {
+        let meta = workspace(
+            &[("test-helper", Some("1.87"))],
+            &[("libgdrapi", "test-helper", Some("dev"))],
+        );
+        assert!(error(&meta).contains("test-helper 1.0.0 (rust-version 1.87)"));
+        // A dependency's dev-dependencies are never built here.
+        let meta = workspace(
+            &[("test-helper", Some("1.87"))],
+            &[("libc", "test-helper", Some("dev"))],
+        );
+        assert_eq!(check_metadata(&meta).unwrap()[0].crates, 3);
+    }
+
+    #[test]
+    fn xtask_dependencies_are_held_to_xtask_rust_version() {
+        let meta = workspace(
+            &[("plotters", Some("1.90"))],
+            &[("xtask", "plotters", None)],
+        );
+        let e = error(&meta);
+        assert!(
+            e.contains("xtask crates need a newer Rust than their rust-version 1.89: plotters"),
+            "{e}"
+        );
+        assert!(!e.contains("product crates"), "{e}");
+    }
+
+    #[test]
+    fn crates_without_rust_version_pass() {
+        let meta = workspace(&[("old", None)], &[("libgdrapi", "old", None)]);
+        assert!(check_metadata(&meta).is_ok());
+    }
+
+    #[test]
+    fn product_crates_must_share_the_workspace_rust_version() {
+        let mut meta = workspace(&[], &[]);
+        meta["packages"][1]["rust_version"] = "1.89".into();
+        assert!(error(&meta).contains("must take rust-version from the workspace"));
+        let mut meta = workspace(&[], &[]);
+        meta["packages"][0]["rust_version"] = Value::Null;
+        meta["packages"][1]["rust_version"] = Value::Null;
+        assert!(error(&meta).contains("must take rust-version from the workspace"));
+    }
+
+    #[test]
+    fn xtask_must_declare_its_own() {
+        let mut meta = workspace(&[], &[]);
+        meta["packages"][2]["rust_version"] = Value::Null;
+        assert!(error(&meta).contains("xtask declares no rust-version"));
     }
 }

@@ -43,7 +43,7 @@ pub fn run(args: Args) -> Result<()> {
         ),
         ("clippy -D warnings", Box::new(clippy)),
         (
-            "rust-version: no dependency needs a newer Rust",
+            "rust-version: no dependency needs a newer Rust (product, xtask)",
             Box::new(crate::msrv::check),
         ),
         ("unit and integration tests", Box::new(unit_tests)),
