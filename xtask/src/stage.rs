@@ -12,6 +12,8 @@
 mod manpage;
 #[cfg(test)]
 mod mtgdrdrv_load;
+#[cfg(test)]
+mod postinst;
 
 use std::fs;
 use std::io::Write;
@@ -263,13 +265,20 @@ pub const LOAD_SCRIPT: &str = "/usr/lib/mtgdrdrv/mtgdrdrv-load";
 /// mtgdrdrv-load filled in.
 fn maintainer_scripts(version: &str, control_dir: &Path) -> Result<()> {
     for script in ["postinst", "prerm"] {
-        let text = template(
-            &Package::Kmod.debian_dir().join(format!("{script}.in")),
-            &[("VERSION", version), ("LOAD_SCRIPT", LOAD_SCRIPT)],
-        )?;
+        let text = maintainer_script(script, version, LOAD_SCRIPT)?;
         put_text(&control_dir.join(script), &text, 0o755)?;
     }
     Ok(())
+}
+
+/// debian/mtgdrdrv-dkms/<script>.in filled in. The templates are also debhelper scripts: their
+/// `#DEBHELPER#` line, where debhelper puts its snippets, is left empty here.
+fn maintainer_script(script: &str, version: &str, load_script: &str) -> Result<String> {
+    let text = template(
+        &Package::Kmod.debian_dir().join(format!("{script}.in")),
+        &[("VERSION", version), ("LOAD_SCRIPT", load_script)],
+    )?;
+    Ok(text.replace("#DEBHELPER#", ""))
 }
 
 /// Copies the module's build inputs (Kbuild, Makefile, C sources and headers, scripts, the
