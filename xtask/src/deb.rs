@@ -8,8 +8,9 @@
 //!
 //! The packages:
 //! - `mtgdrdrv-dkms` (all): module sources for DKMS in /usr/src/mtgdrdrv-<version>, udev rule,
-//!   modules-load.d file, mtgdrdrv-load (/usr/lib/mtgdrdrv/); postinst builds the module for
-//!   every kernel with headers and loads it through mtgdrdrv-load.
+//!   modprobe.d softdep, mtgdrdrv-load (/usr/lib/mtgdrdrv/); postinst builds the module for
+//!   the running and the newest kernel (a failure blocks apt only for the running one) and
+//!   loads it through mtgdrdrv-load.
 //! - `libgdrapi` (amd64/arm64, Multi-Arch: same): libgdrapi.so.1 and its links, libgdrapi.a,
 //!   gdrapi.h, gdrapi.pc; shlibs, symbols, ldconfig trigger.
 //! - `mtgdrcopy-tests`: the programs; `libgdrapi (= version)`; no MUSA dependency (dlopen).

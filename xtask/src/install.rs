@@ -9,9 +9,9 @@
 //! - `exes`: the mtgdrcopy-tests programs into `<prefix>/bin`.
 //! - `drv`: mtgdrdrv.ko for the running kernel (or `--kver`) into
 //!   `<destdir>/lib/modules/<kver>/extra`, `depmod`, the udev rule into
-//!   `<prefix>/lib/udev/rules.d` and the modules-load.d file into `<prefix>/lib/modules-load.d`
-//!   (udev and systemd read both under /usr/local/lib too). Without `--destdir` it needs a
-//!   kernel that can load modules.
+//!   `<prefix>/lib/udev/rules.d` and the modprobe.d softdep (mtgdrdrv loads when mtgpu does)
+//!   into `<prefix>/lib/modprobe.d` (udev, and kmod from Debian 12 on, read both under /usr/local/lib
+//!   too). Without `--destdir` it needs a kernel that can load modules.
 
 use std::path::{Path, PathBuf};
 
@@ -133,9 +133,9 @@ fn install_driver(sh: &Shell, args: &Args, dest: &dyn Fn(&Path) -> PathBuf) -> R
     let rules = dest(&args.prefix.join("lib/udev/rules.d/60-mtgdrdrv.rules"));
     stage::put_file(&debian.join("60-mtgdrdrv.rules"), &rules, 0o644)?;
     report(&rules);
-    let load = dest(&args.prefix.join("lib/modules-load.d/mtgdrdrv.conf"));
-    stage::put_file(&debian.join("mtgdrdrv.modules-load.conf"), &load, 0o644)?;
-    report(&load);
+    let softdep = dest(&args.prefix.join("lib/modprobe.d/mtgdrdrv.conf"));
+    stage::put_file(&debian.join("mtgdrdrv.modprobe.conf"), &softdep, 0o644)?;
+    report(&softdep);
     if live {
         cmd!(sh, "depmod -a {release}")
             .run()

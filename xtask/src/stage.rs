@@ -6,7 +6,7 @@
 //!
 //! Sources: `mtgdrdrv/kmod/` (module sources), `dkms/dkms.conf.in`, `libgdrapi/` (library,
 //! header, `gdrapi.pc.in`), the release binaries of `mtgdrcopy-tests`, and `debian/` (udev
-//! rule, modules-load.d file, mtgdrdrv-load, copyright, per-package changelog, maintainer
+//! rule, modprobe.d softdep, mtgdrdrv-load, copyright, per-package changelog, maintainer
 //! script templates, symbols, lintian overrides). Versions come from the crates only.
 
 mod manpage;
@@ -29,7 +29,7 @@ use crate::{build, paths, versions};
 /// The packages `cargo xtask deb-*` builds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Package {
-    /// `mtgdrdrv-dkms`: module sources for DKMS, udev rule, modules-load.d.
+    /// `mtgdrdrv-dkms`: module sources for DKMS, udev rule, modprobe.d softdep.
     Kmod,
     /// `libgdrapi`: shared and static library, header, pkg-config file.
     Lib,
@@ -240,8 +240,8 @@ fn stage_kmod(ws: &Workspace, tree: &Path) -> Result<()> {
         0o644,
     )?;
     put_file(
-        &debian.join("mtgdrdrv.modules-load.conf"),
-        &tree.join("usr/lib/modules-load.d/mtgdrdrv.conf"),
+        &debian.join("mtgdrdrv.modprobe.conf"),
+        &tree.join("usr/lib/modprobe.d/mtgdrdrv.conf"),
         0o644,
     )?;
     put_file(
