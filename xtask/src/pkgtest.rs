@@ -1044,33 +1044,54 @@ cp @SOFTDEP@ /lib/modprobe.d/
 $kmod/modprobe -c | grep -qx 'softdep mtgpu post: mtgdrdrv' || fail "kmod does not read the packaged softdep"
 sed -n 's/^softdep mtgpu post: /softdep mtgpu_emu post: /p' @SOFTDEP@ >/etc/modprobe.d/mtgdrdrv-emu.conf
 grep -qx 'softdep mtgpu_emu post: mtgdrdrv' /etc/modprobe.d/mtgdrdrv-emu.conf || fail "no softdep for mtgpu_emu"
+# What kmod does, as debian/mtgdrdrv.modprobe.conf says: each MTGDRCOPY-KMOD line is printed
+# by the test (the module state after each command) and checked.
 loaded() { for m in mtgpu_emu mtgdrdrv; do [ -d /sys/module/$m ] && printf ' %s' $m; done; }
-$kmod/modprobe mtgpu_emu || fail "modprobe mtgpu_emu (kmod)"
-[ -d /sys/module/mtgdrdrv ] || fail "modprobe mtgpu_emu did not load mtgdrdrv (softdep)"
-rc=0; out=$($kmod/modprobe -r mtgpu_emu 2>&1) || rc=$?
-echo "MTGDRCOPY-KMOD modprobe -r mtgpu_emu: exit $rc, loaded after:$(loaded); $out"
+try() {
+	what=$1; shift
+	rc=0; out=$("$@" 2>&1) || rc=$?
+	echo "MTGDRCOPY-KMOD $what: exit $rc, loaded after:$(loaded)${out:+; $out}"
+}
+try "modprobe mtgpu_emu" $kmod/modprobe mtgpu_emu
+[ "$rc $(loaded)" = "0  mtgpu_emu mtgdrdrv" ] || fail "modprobe mtgpu_emu did not load mtgdrdrv (softdep)"
+# Unloading the provider unloads mtgdrdrv first (kmod removes post softdeps), then kmod 30
+# tries mtgpu_emu again, which the removal of mtgdrdrv's unused dependency already took: exit 1.
+try "modprobe -r mtgpu_emu, mtgdrdrv loaded" $kmod/modprobe -r mtgpu_emu
+[ "$rc$(loaded)" = 1 ] || fail "modprobe -r mtgpu_emu: exit $rc (kmod 30 says 1), left:$(loaded)"
+echo "$out" | grep -q "could not remove 'mtgpu_emu'" || fail "modprobe -r mtgpu_emu said: $out"
+$kmod/modprobe mtgpu_emu || fail "modprobe mtgpu_emu"
+try "modprobe -r mtgdrdrv, mtgpu_emu loaded by modprobe" $kmod/modprobe -r mtgdrdrv
 rmmod mtgdrdrv 2>/dev/null; rmmod mtgpu_emu 2>/dev/null
+$kmod/modprobe mtgpu_emu || fail "modprobe mtgpu_emu"
+try "modprobe -r mtgdrdrv mtgpu_emu" $kmod/modprobe -r mtgdrdrv mtgpu_emu
+[ "$rc$(loaded)" = 0 ] || fail "modprobe -r mtgdrdrv mtgpu_emu: exit $rc, left:$(loaded)"
+$kmod/modprobe mtgpu_emu || fail "modprobe mtgpu_emu"
+rmmod mtgdrdrv || fail "rmmod mtgdrdrv"
+try "modprobe -r mtgpu_emu, mtgdrdrv not loaded" $kmod/modprobe -r mtgpu_emu
+[ "$rc$(loaded)" = 0 ] || fail "modprobe -r mtgpu_emu without mtgdrdrv loaded failed"
 
-# mtgdrdrv not built for this kernel: does the softdep fail the provider's modprobe?
+# mtgdrdrv not built for this kernel: the provider loads, modprobe succeeds and says nothing.
 mv $mods/updates/dkms/mtgdrdrv.ko /tmp/mtgdrdrv.ko && $kmod/depmod -a || fail "depmod without mtgdrdrv"
-rc=0; out=$($kmod/modprobe mtgpu_emu 2>&1) || rc=$?
-echo "MTGDRCOPY-KMOD softdep module missing: modprobe mtgpu_emu exit $rc, loaded:$(loaded); $out"
-[ -d /sys/module/mtgpu_emu ] || fail "modprobe mtgpu_emu did not load it when mtgdrdrv is not built"
+try "mtgdrdrv not built: modprobe mtgpu_emu" $kmod/modprobe mtgpu_emu
+[ "$rc $(loaded)${out}" = "0  mtgpu_emu" ] || fail "a softdep on a missing mtgdrdrv changed modprobe mtgpu_emu"
 rmmod mtgpu_emu || fail "rmmod mtgpu_emu"
 
-# mtgdrdrv there but its load fails (an invalid parameter stands in for any insmod failure).
+# mtgdrdrv there but its load fails (an invalid parameter stands in for any failure, e.g. a
+# symbol version mtgpu disagrees with): the same, the kernel log says why.
 mv /tmp/mtgdrdrv.ko $mods/updates/dkms/mtgdrdrv.ko && $kmod/depmod -a || fail "depmod with mtgdrdrv"
 echo "options mtgdrdrv max_pins_per_file=bogus" >/etc/modprobe.d/mtgdrdrv-bogus.conf
-rc=0; out=$($kmod/modprobe mtgpu_emu 2>&1) || rc=$?
-echo "MTGDRCOPY-KMOD softdep load fails: modprobe mtgpu_emu exit $rc, loaded:$(loaded); $out"
-[ -d /sys/module/mtgpu_emu ] || fail "a failing mtgdrdrv kept modprobe from loading mtgpu_emu"
+try "mtgdrdrv fails to load: modprobe mtgpu_emu" $kmod/modprobe mtgpu_emu
+[ "$rc $(loaded)${out}" = "0  mtgpu_emu" ] || fail "a failing mtgdrdrv changed modprobe mtgpu_emu"
+dmesg | grep -q "mtgdrdrv: .bogus' invalid for parameter .max_pins_per_file'" || fail "the kernel did not say why mtgdrdrv failed"
 rm /etc/modprobe.d/mtgdrdrv-bogus.conf
-rmmod mtgdrdrv 2>/dev/null; rmmod mtgpu_emu || fail "rmmod mtgpu_emu"
+rmmod mtgpu_emu || fail "rmmod mtgpu_emu"
 
-# The provider loaded with disable_driver=1 through modprobe, as a vendor script might.
-rc=0; out=$($kmod/modprobe mtgpu_emu disable_driver=1 2>&1) || rc=$?
-echo "MTGDRCOPY-KMOD modprobe mtgpu_emu disable_driver=1: exit $rc, loaded:$(loaded); $out"
-rmmod mtgdrdrv 2>/dev/null; rmmod mtgpu_emu || fail "rmmod mtgpu_emu (disable_driver=1)"
+# The provider loaded with disable_driver=1 through modprobe: the softdep loads mtgdrdrv anyway
+# (mtgdrdrv-load's check is not on that path); mtgdrdrv says it refuses every pin.
+try "modprobe mtgpu_emu disable_driver=1" $kmod/modprobe mtgpu_emu disable_driver=1
+[ "$rc $(loaded)" = "0  mtgpu_emu mtgdrdrv" ] || fail "modprobe mtgpu_emu disable_driver=1: exit $rc, loaded:$(loaded)"
+dmesg | grep -q "mtgdrdrv: mtgpu is loaded but not initialised" || fail "mtgdrdrv loaded with its provider disabled, silently"
+rmmod mtgdrdrv; rmmod mtgpu_emu || fail "rmmod mtgpu_emu (disable_driver=1)"
 step done
 "#;
 
@@ -1232,7 +1253,15 @@ mod tests {
         );
         assert_eq!(GUEST_SCRIPT.matches(call).count(), 2);
         let script = guest_script("/usr/lib/systemd/systemd-udevd");
-        assert!(!script.contains('@'), "a placeholder is left:\n{script}");
+        // `"$@"` is shell; `@NAME@` would be a placeholder left.
+        let parts: Vec<&str> = script.split('@').collect();
+        let left = parts[1..parts.len() - 1].iter().find(|name| {
+            !name.is_empty() && name.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')
+        });
+        assert!(left.is_none(), "a placeholder is left: @{left:?}@");
+        assert!(script.contains(&format!(
+            "grep -qx 'softdep mtgpu post: mtgdrdrv' {SOFTDEP}"
+        )));
         assert!(script.contains(&format!("{} --if-provider", stage::LOAD_SCRIPT)));
     }
 }
