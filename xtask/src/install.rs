@@ -9,9 +9,9 @@
 //! - `exes`: the mtgdrcopy-tests programs into `<prefix>/bin`.
 //! - `drv`: mtgdrdrv.ko for the running kernel (or `--kver`) into
 //!   `<destdir>/lib/modules/<kver>/extra`, `depmod`, the udev rule into
-//!   `<prefix>/lib/udev/rules.d` and the modprobe.d softdep (loads mtgdrdrv after mtgpu) into
-//!   `<prefix>/lib/modprobe.d` (udev and kmod read both under /usr/local/lib too). Without `--destdir` it needs a
-//!   kernel that can load modules.
+//!   `<prefix>/lib/udev/rules.d` and the modprobe.d softdep (mtgdrdrv loads when mtgpu does)
+//!   into `<prefix>/lib/modprobe.d` (udev, and kmod from Debian 12 on, read both under /usr/local/lib
+//!   too). Without `--destdir` it needs a kernel that can load modules.
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -8,10 +8,13 @@
 //!    `signed-by=` a throwaway key; the same entry naming another key must be refused). Checked:
 //!    DKMS built and installed mtgdrdrv.ko for that kernel (and only it: the CRC stub is not
 //!    installed), dkms.conf's version is the source directory's, the udev rule and
-//!    modules-load.d file are in /usr/lib, and a C program built against libgdrapi with
-//!    pkg-config (shared and static) gets `libgdrapi (>= <version>), libgdrapi (<< 2~)` from
-//!    dpkg-shlibdeps, i.e.
-//!    shlibs and symbols work.
+//!    modprobe.d softdep are in /usr/lib (and no modules-load.d file), and a C program built
+//!    against libgdrapi with pkg-config (shared and static) gets `libgdrapi (>= <version>), libgdrapi (<< 2~)`
+//!    from dpkg-shlibdeps, i.e. shlibs and symbols work. Then, in a root of its own that believes it
+//!    runs the VM's kernel, mtgdrdrv-dkms alone with the real DKMS where builds fail
+//!    ([`dkms_failures`]): a newer kernel's failure is a warning, the running kernel's fails
+//!    configure until fixed, /etc/dkms/no-autoinstall builds nothing, a kernel
+//!    BUILD_EXCLUSIVE_KERNEL excludes is skipped.
 //! 2. **Container.** A bare minbase root gets only libgdrapi and mtgdrcopy-tests: apt must not
 //!    pull in dkms or anything of the module.
 //! 3. **VM** (the host of both). The Debian kernel boots with the files the packages installed:
@@ -24,7 +27,11 @@
 //!    provider loaded normally, mtgdrdrv-load must load the DKMS-built module (modprobe) and
 //!    insmod.sh reload it; the installed mtgdrcopy_sanity must pass; then in
 //!    `chroot /container`, with only the two device nodes (what `docker run --device` gives),
-//!    sanity and copybw run against the host's module.
+//!    sanity and copybw run against the host's module. Before all that, right after boot with
+//!    no provider, mtgdrdrv must not be loaded nor named in the kernel log; after it, with the
+//!    packaged softdep renamed for the emulated provider (`softdep mtgpu_emu post: mtgdrdrv`)
+//!    and kmod's modprobe, `modprobe mtgpu_emu` must load mtgdrdrv, and still load the provider
+//!    when mtgdrdrv is not built or fails to load.
 //!    The emulated libmusa.so.1 stands in for the MUSA driver's (/usr/lib/mtgdrcopy/emu, on
 //!    LD_LIBRARY_PATH); libgdrapi is found where the package put it.
 //! 4. **Purge.** `apt-get purge` of the four: DKMS no longer knows mtgdrdrv, the module is gone
@@ -258,7 +265,7 @@ fn install_test(sh: &Shell, debs: &[Built]) -> Result<()> {
     let minbase = root::minbase(sh)?;
     timed("cached root layers ready", t);
 
-    let host = Root::fresh(host_layers, "host")?;
+    let host = Root::fresh(host_layers.clone(), "host")?;
     let container = Root::fresh(vec![minbase], "container")?;
     let before = host.file_list(sh)?;
 
@@ -280,6 +287,18 @@ fn install_test(sh: &Shell, debs: &[Built]) -> Result<()> {
     let lib = find(debs, Package::Lib)?;
     check_consumer(sh, &host, lib)?;
     timed("host: consumer built with pkg-config, dpkg-shlibdeps", t);
+    let t = Instant::now();
+    dkms_failures(
+        sh,
+        host_layers.clone(),
+        find(debs, Package::Kmod)?,
+        &release,
+        kmod_version,
+    )?;
+    timed(
+        "host: DKMS failures for another kernel and the running one, no-autoinstall",
+        t,
+    );
 
     // 2. Container: library and tools only.
     let t = Instant::now();
@@ -504,11 +523,26 @@ fn check_dkms_installed(
     );
     for file in [
         "/usr/lib/udev/rules.d/60-mtgdrdrv.rules",
-        "/usr/lib/modprobe.d/mtgdrdrv.conf",
+        SOFTDEP,
         stage::LOAD_SCRIPT,
     ] {
         ensure!(host.exists(sh, file)?, "{file} is missing");
     }
+    // mtgdrdrv loads with mtgpu (the softdep), not at every boot whatever is there.
+    let ours = host.run(
+        sh,
+        &[
+            "find",
+            "/usr/lib",
+            "/etc",
+            "-path",
+            "*/modules-load.d/*mtgdrdrv*",
+        ],
+    )?;
+    ensure!(
+        ours.trim().is_empty(),
+        "a modules-load.d file of ours is installed: {ours}"
+    );
     let signed = host.run(sh, &["tail", "-c", "28", &ko])? == "~Module signature appended~\n";
     let size: u64 = host
         .run(sh, &["stat", "-c", "%s", &ko])?
@@ -525,6 +559,253 @@ fn check_dkms_installed(
         size / 1024
     );
     Ok(())
+}
+
+/// Where mtgdrdrv-dkms installs debian/mtgdrdrv.modprobe.conf, the softdep on mtgpu.
+const SOFTDEP: &str = "/usr/lib/modprobe.d/mtgdrdrv.conf";
+
+/// A kernel newer than the VM's whose module build fails (its build/ has headers, include/, and
+/// a Makefile that fails), and one older than BUILD_EXCLUSIVE_KERNEL allows.
+const BROKEN_KERNEL: &str = "6.1.0-9999-amd64";
+const EXCLUDED_KERNEL: &str = "5.3.0-1-amd64";
+const BROKEN_MAKEFILE: &str =
+    "modules clean:\n\t@echo 'broken on purpose by the package install test' >&2; exit 1\n";
+
+/// What mtgdrdrv-load, or the postinst around it, prints when it tries to load the module.
+const LOAD_LINES: &[&str] = &[
+    "could not load the module now",
+    "driver is not loaded",
+    "loaded with disable_driver=1",
+];
+
+/// Step 1b: the postinst with the real DKMS where builds fail, in a root of its own that
+/// believes it runs the VM's kernel (a `uname` printing its release for -r; in /usr/sbin, since
+/// apt runs dpkg with PATH=/usr/sbin:/usr/bin:/sbin:/bin, DPkg::Path, so /usr/local/bin is not
+/// seen), with BROKEN_KERNEL and EXCLUDED_KERNEL beside it. mtgdrdrv-dkms alone is installed
+/// and purged three times:
+/// - /etc/dkms/no-autoinstall: installs, builds nothing (DKMS: added), says so.
+/// - The newest kernel's build fails: apt succeeds with one warning naming it and its kept
+///   make.log, nothing is left half-configured (`dpkg --audit`), the module is installed for the
+///   running kernel, `apt-get -f install` has nothing to fix. EXCLUDED_KERNEL is not built.
+/// - autoinstall_all_kernels, and the running kernel's build fails too: configure fails saying
+///   so, EXCLUDED_KERNEL is skipped as not supported (DKMS's exit 77); with the build fixed,
+///   `dpkg --configure -a` succeeds and installs the module.
+///
+/// No case tries to load the module (a chroot; mtgpu is absent anyway). The purges leave the root
+/// as it was.
+fn dkms_failures(
+    sh: &Shell,
+    layers: Vec<PathBuf>,
+    kmod: &Built,
+    release: &str,
+    version: &str,
+) -> Result<()> {
+    let root = Root::fresh(layers, "dkms")?;
+    stage::put_text(
+        &root.new_file("/usr/sbin/uname"),
+        &format!(
+            "#!/bin/sh\n# The package install test: this root runs the VM's kernel.\n\
+             if [ \"$1\" = -r ]; then echo {release}; else exec /usr/bin/uname \"$@\"; fi\n"
+        ),
+        0o755,
+    )?;
+    let running = root.run(sh, &["uname", "-r"])?;
+    ensure!(
+        running.trim() == release,
+        "uname -r in the root says {running:?}, not {release}"
+    );
+    let broken = format!("/lib/modules/{BROKEN_KERNEL}/build");
+    root.run(
+        sh,
+        &[
+            "mkdir",
+            "-p",
+            &format!("{broken}/include"),
+            &format!("/lib/modules/{EXCLUDED_KERNEL}/build/include"),
+        ],
+    )?;
+    root.run(
+        sh,
+        &[
+            "sh",
+            "-c",
+            "printf '%s' \"$2\" >\"$1\"",
+            "-",
+            &format!("{broken}/Makefile"),
+            BROKEN_MAKEFILE,
+        ],
+    )?;
+    let before = root.file_list(sh)?;
+    let deb = put_debs(&root, &[kmod])?;
+    let install = |what: &str| -> Result<(bool, String)> {
+        let mut args = vec!["apt-get", "install", "-y", "-q", "--no-install-recommends"];
+        args.extend(deb.iter().map(String::as_str));
+        let (ok, out, err) = root.output(sh, &args)?;
+        let all = format!("{out}{err}");
+        for line in LOAD_LINES {
+            ensure!(
+                !all.contains(line),
+                "{what}: the postinst tried to load mtgdrdrv in a chroot without mtgpu:\n{all}"
+            );
+        }
+        Ok((ok, all))
+    };
+    let status = |root: &Root| root.run(sh, &["dkms", "status", "-m", "mtgdrdrv"]);
+    let audit = |root: &Root| root.run(sh, &["dpkg", "--audit"]);
+    let purge = |root: &Root| {
+        root.run(sh, &["apt-get", "purge", "-y", "-q", "mtgdrdrv-dkms"])
+            .map(drop)
+    };
+    let kept_log = format!("/var/lib/dkms/mtgdrdrv/{version}/make-{BROKEN_KERNEL}.log");
+    let warning = format!(
+        "mtgdrdrv: warning: the DKMS build failed for kernel {BROKEN_KERNEL} (not the running \
+         one; dkms exit 10), which stays without mtgdrdrv: see {kept_log}"
+    );
+
+    // /etc/dkms/no-autoinstall.
+    root.run(sh, &["touch", "/etc/dkms/no-autoinstall"])?;
+    let (ok, out) = install("no-autoinstall")?;
+    ensure!(
+        ok,
+        "with /etc/dkms/no-autoinstall, the install failed:\n{out}"
+    );
+    ensure!(
+        out.contains(&format!(
+            "mtgdrdrv: DKMS autoinstall is disabled (/etc/dkms/no-autoinstall), so the module is \
+             not built; build it by hand: dkms install mtgdrdrv/{version} -k <kernel>"
+        )) && !out.contains("Building module"),
+        "with /etc/dkms/no-autoinstall, apt-get said:\n{out}"
+    );
+    let st = status(&root)?;
+    ensure!(
+        st.trim() == format!("mtgdrdrv/{version}: added"),
+        "with /etc/dkms/no-autoinstall, dkms status says:\n{st}"
+    );
+    purge(&root)?;
+    root.run(sh, &["rm", "/etc/dkms/no-autoinstall"])?;
+    eprintln!("    no-autoinstall: registered, nothing built, said so");
+
+    // The newest kernel's build fails; the running kernel's works.
+    let (ok, out) = install("newest kernel broken")?;
+    ensure!(
+        ok,
+        "a failed build for {BROKEN_KERNEL}, which is not running, failed the install:\n{out}"
+    );
+    for line in [
+        format!(
+            "mtgdrdrv: building for kernel(s) {BROKEN_KERNEL} {release} (the newest installed \
+             kernel and the running one)"
+        ),
+        warning.clone(),
+    ] {
+        ensure!(
+            out.lines().any(|l| l == line),
+            "apt-get did not say\n{line}\nbut:\n{out}"
+        );
+    }
+    ensure!(
+        !out.contains(EXCLUDED_KERNEL),
+        "the postinst built for {EXCLUDED_KERNEL}, neither running nor newest:\n{out}"
+    );
+    let left = audit(&root)?;
+    ensure!(
+        left.trim().is_empty(),
+        "dpkg --audit after the install:\n{left}"
+    );
+    check_dkms_installed(sh, &root, release, version, &out)?;
+    let log = root.read(sh, &kept_log)?;
+    ensure!(
+        log.contains("broken on purpose"),
+        "{kept_log} is not {BROKEN_KERNEL}'s make.log:\n{log}"
+    );
+    root.run(sh, &["apt-get", "-f", "install", "-y", "-q"])?;
+    purge(&root)?;
+    eprintln!(
+        "    a newer kernel's build fails: a warning, apt goes on, the running kernel has it"
+    );
+
+    // Every kernel, and the running kernel's build fails.
+    let conf = "/etc/dkms/framework.conf.d/mtgdrcopy-test.conf";
+    root.run(
+        sh,
+        &[
+            "sh",
+            "-c",
+            "echo autoinstall_all_kernels=yes >\"$1\"",
+            "-",
+            conf,
+        ],
+    )?;
+    let build = format!("/lib/modules/{release}/build");
+    let real = format!("/lib/modules/{release}/build.real");
+    root.run(
+        sh,
+        &[
+            "sh",
+            "-c",
+            "mv \"$1\" \"$2\" && mkdir -p \"$1/include\" && printf '%s' \"$3\" >\"$1/Makefile\"",
+            "-",
+            &build,
+            &real,
+            BROKEN_MAKEFILE,
+        ],
+    )?;
+    let (ok, out) = install("running kernel broken")?;
+    ensure!(
+        !ok,
+        "a failed build for the running kernel {release} did not fail the install:\n{out}"
+    );
+    for line in [
+        format!(
+            "mtgdrdrv: not supported by kernel {EXCLUDED_KERNEL} (BUILD_EXCLUSIVE_* in \
+             dkms.conf), skipped"
+        ),
+        warning,
+        format!(
+            "mtgdrdrv: the DKMS build failed for the running kernel {release} (dkms exit 10): \
+             see /var/lib/dkms/mtgdrdrv/{version}/build/make.log; once the cause is fixed, \
+             retry with: dpkg --configure -a"
+        ),
+    ] {
+        ensure!(
+            out.lines().any(|l| l == line),
+            "apt-get did not say\n{line}\nbut:\n{out}"
+        );
+    }
+    let left = audit(&root)?;
+    ensure!(
+        left.contains("mtgdrdrv-dkms"),
+        "after the failed configure, dpkg --audit does not list mtgdrdrv-dkms:\n{left}"
+    );
+    root.run(
+        sh,
+        &[
+            "sh",
+            "-c",
+            "rm -r \"$1\" && mv \"$2\" \"$1\"",
+            "-",
+            &build,
+            &real,
+        ],
+    )?;
+    let (ok, out, err) = root.output(sh, &["dpkg", "--configure", "-a"])?;
+    ensure!(
+        ok,
+        "dpkg --configure -a failed once the running kernel's build was fixed:\n{out}{err}"
+    );
+    let left = audit(&root)?;
+    ensure!(
+        left.trim().is_empty(),
+        "dpkg --audit after the retry:\n{left}"
+    );
+    check_dkms_installed(sh, &root, release, version, &format!("{out}{err}"))?;
+    purge(&root)?;
+    root.run(sh, &["rm", conf])?;
+    eprintln!(
+        "    the running kernel's build fails: configure fails and says so; \
+         dpkg --configure -a once fixed; {EXCLUDED_KERNEL} skipped (DKMS exit 77)"
+    );
+    check_purged(sh, &root, release, &before)
 }
 
 /// A C program against the installed libgdrapi: compiled and linked through pkg-config (shared
@@ -713,6 +994,14 @@ step udev
 mkdir -p /run/udev
 @UDEVD@ --daemon || fail "systemd-udevd did not start"
 
+step boot
+# Booted with the package's files and no provider: nothing loaded mtgdrdrv, the kernel never
+# heard of it, and no modules-load.d file of ours would have it loaded at boot.
+[ -d /sys/module/mtgdrdrv ] && fail "mtgdrdrv is loaded after boot without its provider"
+dmesg | grep mtgdrdrv && fail "the kernel log mentions mtgdrdrv after boot without its provider"
+ls /usr/lib/modules-load.d /lib/modules-load.d /etc/modules-load.d 2>/dev/null | grep mtgdrdrv && fail "a modules-load.d file of ours is installed"
+grep -qx 'softdep mtgpu post: mtgdrdrv' @SOFTDEP@ || fail "@SOFTDEP@ has no softdep on mtgpu"
+
 step messages
 # What libgdrapi says without the module (a consumer built against the package's library).
 GDRCOPY_ENABLE_LOGGING=1 /opt/mtgdrcopy/consumer 2>&1
@@ -794,6 +1083,71 @@ umount /container/proc
 step unload
 rmmod mtgdrdrv || fail "rmmod mtgdrdrv"
 rmmod mtgpu_emu || fail "rmmod mtgpu_emu"
+
+step softdep
+# The packaged softdep, with kmod's modprobe as on a host: loading the provider loads mtgdrdrv.
+# The provider is the emulated one here, so the softdep is the packaged line with mtgpu renamed,
+# and the emulator goes where modprobe finds it. kmod 30 reads /lib/modprobe.d, which merged /usr
+# makes /usr/lib/modprobe.d: so the packaged file goes there too, and modprobe -c must show it.
+kmod=/opt/mtgdrcopy/kmod
+mkdir -p $kmod && for tool in modprobe depmod; do ln -s /usr/bin/kmod $kmod/$tool; done
+mods=/lib/modules/$(uname -r)
+mkdir -p $mods/extra /lib/modprobe.d /etc/modprobe.d
+cp /lib/mtgdrcopy/mtgpu_emu.ko $mods/extra/
+touch $mods/modules.order $mods/modules.builtin $mods/modules.builtin.modinfo
+$kmod/depmod -a || fail "depmod (kmod)"
+cp @SOFTDEP@ /lib/modprobe.d/
+$kmod/modprobe -c | grep -qx 'softdep mtgpu post: mtgdrdrv' || fail "kmod does not read the packaged softdep"
+sed -n 's/^softdep mtgpu post: /softdep mtgpu_emu post: /p' @SOFTDEP@ >/etc/modprobe.d/mtgdrdrv-emu.conf
+grep -qx 'softdep mtgpu_emu post: mtgdrdrv' /etc/modprobe.d/mtgdrdrv-emu.conf || fail "no softdep for mtgpu_emu"
+# What kmod does, as debian/mtgdrdrv.modprobe.conf says: each MTGDRCOPY-KMOD line is printed
+# by the test (the module state after each command) and checked.
+loaded() { for m in mtgpu_emu mtgdrdrv; do [ -d /sys/module/$m ] && printf ' %s' $m; done; }
+try() {
+	what=$1; shift
+	rc=0; out=$("$@" 2>&1) || rc=$?
+	echo "MTGDRCOPY-KMOD $what: exit $rc, loaded after:$(loaded)${out:+; $out}"
+}
+try "modprobe mtgpu_emu" $kmod/modprobe mtgpu_emu
+[ "$rc $(loaded)" = "0  mtgpu_emu mtgdrdrv" ] || fail "modprobe mtgpu_emu did not load mtgdrdrv (softdep)"
+# Unloading the provider unloads mtgdrdrv first (kmod removes post softdeps), then kmod 30
+# tries mtgpu_emu again, which the removal of mtgdrdrv's unused dependency already took: exit 1.
+try "modprobe -r mtgpu_emu, mtgdrdrv loaded" $kmod/modprobe -r mtgpu_emu
+[ "$rc$(loaded)" = 1 ] || fail "modprobe -r mtgpu_emu: exit $rc (kmod 30 says 1), left:$(loaded)"
+echo "$out" | grep -q "could not remove 'mtgpu_emu'" || fail "modprobe -r mtgpu_emu said: $out"
+$kmod/modprobe mtgpu_emu || fail "modprobe mtgpu_emu"
+try "modprobe -r mtgdrdrv, mtgpu_emu loaded by modprobe" $kmod/modprobe -r mtgdrdrv
+rmmod mtgdrdrv 2>/dev/null; rmmod mtgpu_emu 2>/dev/null
+$kmod/modprobe mtgpu_emu || fail "modprobe mtgpu_emu"
+try "modprobe -r mtgdrdrv mtgpu_emu" $kmod/modprobe -r mtgdrdrv mtgpu_emu
+[ "$rc$(loaded)" = 0 ] || fail "modprobe -r mtgdrdrv mtgpu_emu: exit $rc, left:$(loaded)"
+$kmod/modprobe mtgpu_emu || fail "modprobe mtgpu_emu"
+rmmod mtgdrdrv || fail "rmmod mtgdrdrv"
+try "modprobe -r mtgpu_emu, mtgdrdrv not loaded" $kmod/modprobe -r mtgpu_emu
+[ "$rc$(loaded)" = 0 ] || fail "modprobe -r mtgpu_emu without mtgdrdrv loaded failed"
+
+# mtgdrdrv not built for this kernel: the provider loads, modprobe succeeds and says nothing.
+mv $mods/updates/dkms/mtgdrdrv.ko /tmp/mtgdrdrv.ko && $kmod/depmod -a || fail "depmod without mtgdrdrv"
+try "mtgdrdrv not built: modprobe mtgpu_emu" $kmod/modprobe mtgpu_emu
+[ "$rc $(loaded)${out}" = "0  mtgpu_emu" ] || fail "a softdep on a missing mtgdrdrv changed modprobe mtgpu_emu"
+rmmod mtgpu_emu || fail "rmmod mtgpu_emu"
+
+# mtgdrdrv there but its load fails (an invalid parameter stands in for any failure, e.g. a
+# symbol version mtgpu disagrees with): the same, the kernel log says why.
+mv /tmp/mtgdrdrv.ko $mods/updates/dkms/mtgdrdrv.ko && $kmod/depmod -a || fail "depmod with mtgdrdrv"
+echo "options mtgdrdrv max_pins_per_file=bogus" >/etc/modprobe.d/mtgdrdrv-bogus.conf
+try "mtgdrdrv fails to load: modprobe mtgpu_emu" $kmod/modprobe mtgpu_emu
+[ "$rc $(loaded)${out}" = "0  mtgpu_emu" ] || fail "a failing mtgdrdrv changed modprobe mtgpu_emu"
+dmesg | grep -q "mtgdrdrv: .bogus' invalid for parameter .max_pins_per_file'" || fail "the kernel did not say why mtgdrdrv failed"
+rm /etc/modprobe.d/mtgdrdrv-bogus.conf
+rmmod mtgpu_emu || fail "rmmod mtgpu_emu"
+
+# The provider loaded with disable_driver=1 through modprobe: the softdep loads mtgdrdrv anyway
+# (mtgdrdrv-load's check is not on that path); mtgdrdrv says it refuses every pin.
+try "modprobe mtgpu_emu disable_driver=1" $kmod/modprobe mtgpu_emu disable_driver=1
+[ "$rc $(loaded)" = "0  mtgpu_emu mtgdrdrv" ] || fail "modprobe mtgpu_emu disable_driver=1: exit $rc, loaded:$(loaded)"
+dmesg | grep -q "mtgdrdrv: mtgpu is loaded but not initialised" || fail "mtgdrdrv loaded with its provider disabled, silently"
+rmmod mtgdrdrv; rmmod mtgpu_emu || fail "rmmod mtgpu_emu (disable_driver=1)"
 step done
 "#;
 
@@ -802,6 +1156,7 @@ fn guest_script(udevd: &str) -> String {
     GUEST_SCRIPT
         .replace("@UDEVD@", udevd)
         .replace("@LOAD_SCRIPT@", stage::LOAD_SCRIPT)
+        .replace("@SOFTDEP@", SOFTDEP)
 }
 
 fn run_vm(sh: &Shell, kernel: &Kernel, host: &Root, container: &Root) -> Result<()> {
@@ -841,6 +1196,9 @@ fn run_vm(sh: &Shell, kernel: &Kernel, host: &Root, container: &Root) -> Result<
         // DKMS's depmod wrote it: the postinst's modprobe (busybox's here) finds mtgdrdrv there.
         format!("/lib/modules/{release}/modules.dep"),
         stage::LOAD_SCRIPT.into(),
+        SOFTDEP.into(),
+        // kmod's modprobe, for the softdep: busybox's knows no softdep.
+        "/usr/bin/kmod".into(),
     ]);
     let mut files = root_files(sh, host, &host_paths, "", "vm-files")?;
     // The guest's /tmp is a fresh tmpfs, and busybox has its own, smaller setpriv.
@@ -912,6 +1270,11 @@ fn run_vm(sh: &Shell, kernel: &Kernel, host: &Root, container: &Root) -> Result<
     {
         eprintln!("      /dev/mtgdrdrv: mode {node} (udev, debian/60-mtgdrdrv.rules)");
     }
+    for line in console.lines() {
+        if let Some(seen) = line.strip_prefix("MTGDRCOPY-KMOD ") {
+            eprintln!("      kmod: {seen}");
+        }
+    }
     outcome.ensure_no_kernel_problems(&log)?;
     if outcome.exit_code != Some(0) {
         bail!(
@@ -936,14 +1299,28 @@ mod tests {
         let call = "@LOAD_SCRIPT@ --if-provider";
         let postinst =
             fs::read_to_string(paths::root().join("debian/mtgdrdrv-dkms.postinst.in")).unwrap();
-        assert_eq!(postinst.matches(call).count(), 1);
+        // The code, not the comments.
+        let code: String = postinst
+            .lines()
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(code.matches(call).count(), 1);
         assert!(
-            !postinst.contains("modprobe"),
+            !code.contains("modprobe"),
             "the postinst loads mtgdrdrv itself"
         );
         assert_eq!(GUEST_SCRIPT.matches(call).count(), 2);
         let script = guest_script("/usr/lib/systemd/systemd-udevd");
-        assert!(!script.contains('@'), "a placeholder is left:\n{script}");
+        // `"$@"` is shell; `@NAME@` would be a placeholder left.
+        let parts: Vec<&str> = script.split('@').collect();
+        let left = parts[1..parts.len() - 1].iter().find(|name| {
+            !name.is_empty() && name.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')
+        });
+        assert!(left.is_none(), "a placeholder is left: @{left:?}@");
+        assert!(script.contains(&format!(
+            "grep -qx 'softdep mtgpu post: mtgdrdrv' {SOFTDEP}"
+        )));
         assert!(script.contains(&format!("{} --if-provider", stage::LOAD_SCRIPT)));
     }
 }

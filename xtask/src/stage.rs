@@ -11,6 +11,8 @@
 
 #[cfg(test)]
 mod mtgdrdrv_load;
+#[cfg(test)]
+mod postinst;
 
 use std::fs;
 use std::io::Write;
@@ -26,7 +28,7 @@ use crate::{build, debian, paths, versions};
 /// The packages `cargo xtask deb-*` builds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Package {
-    /// `mtgdrdrv-dkms`: module sources for DKMS, udev rule, modules-load.d.
+    /// `mtgdrdrv-dkms`: module sources for DKMS, udev rule, modprobe.d softdep.
     Kmod,
     /// `libgdrapi`: shared and static library, header, pkg-config file.
     Lib,
@@ -410,15 +412,7 @@ fn control_files(sh: &Shell, ws: &Workspace, package: Package, tree: &Path) -> R
         )
         .map_err(anyhow::Error::msg)?;
         for script in ["postinst", "prerm"] {
-            let text = template(
-                &paths::root().join(format!("debian/mtgdrdrv-dkms.{script}.in")),
-                &[("VERSION", version), ("LOAD_SCRIPT", LOAD_SCRIPT)],
-            )?;
-            let text: String = text
-                .lines()
-                .filter(|l| l.trim() != "#DEBHELPER#")
-                .map(|l| format!("{l}\n"))
-                .collect();
+            let text = maintainer_script(script, version, LOAD_SCRIPT)?;
             put_text(&control.join(script), &text, 0o755)?;
         }
     }
@@ -448,6 +442,22 @@ fn control_files(sh: &Shell, ws: &Workspace, package: Package, tree: &Path) -> R
         )?;
     }
     Ok(())
+}
+
+/// mtgdrdrv-dkms's `script` (postinst, prerm) from debian/mtgdrdrv-dkms.<script>.in, as
+/// debian/rules makes it: the module's version and mtgdrdrv-load's path filled in; then what
+/// dh_installdeb does with the `#DEBHELPER#` line when no debhelper snippet applies (none does
+/// here): it goes.
+pub(crate) fn maintainer_script(script: &str, version: &str, load: &str) -> Result<String> {
+    let text = template(
+        &paths::root().join(format!("debian/mtgdrdrv-dkms.{script}.in")),
+        &[("VERSION", version), ("LOAD_SCRIPT", load)],
+    )?;
+    Ok(text
+        .lines()
+        .filter(|l| l.trim() != "#DEBHELPER#")
+        .map(|l| format!("{l}\n"))
+        .collect())
 }
 
 /// `DEBIAN/shlibs`: programs linked against libgdrapi.so.<major> need this version or newer,
