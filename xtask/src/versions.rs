@@ -136,9 +136,14 @@ fn header_pair(
 
 /// Checks the newest entry of a package's changelog: `<package> (<version>) <dist>; ...`.
 /// Used by staging too, so no .deb is built without its changelog entry.
+/// The source package's name (debian/control).
+const SOURCE: &str = "mtgdrcopy";
+
 pub fn changelog_entry(package: Package, version: &str, changelog: &str) -> Result<(), String> {
     let head = changelog.lines().next().unwrap_or_default();
-    let expected = format!("{} ({version}) ", package.deb_name());
+    // Entries carry the source package's name, whatever the binary package: dpkg-gencontrol
+    // reads debian/<package>.changelog and refuses another source name.
+    let expected = format!("{SOURCE} ({version}) ");
     if head.starts_with(&expected) {
         Ok(())
     } else {
@@ -357,7 +362,7 @@ mod tests {
             (Package::Bundle, "1.2.0-1+bundle"),
         ]
         .into_iter()
-        .map(|(p, v)| (p, v.to_owned(), changelog(p.deb_name(), v)))
+        .map(|(p, v)| (p, v.to_owned(), changelog(SOURCE, v)))
         .collect();
         Tree {
             crates: [
@@ -459,15 +464,15 @@ mod tests {
             "[workspace.dependencies] mtgdrdrv",
         );
         disagrees(
-            |t| t.packages[1].2 = changelog("libgdrapi", "1.1.0-1"),
-            "debian/libgdrapi.changelog: the newest entry is `libgdrapi (1.1.0-1)",
+            |t| t.packages[1].2 = changelog("mtgdrcopy", "1.1.0-1"),
+            "debian/libgdrapi.changelog: the newest entry is `mtgdrcopy (1.1.0-1)",
         );
         disagrees(
             |t| t.packages[4].2 = changelog("mtgdrcopy", "1.2.0-1"),
             "debian/mtgdrcopy-bundle.changelog",
         );
         disagrees(
-            |t| t.packages[0].2 = changelog("mtgdrdrv", "0.3.1-1"),
+            |t| t.packages[0].2 = changelog("mtgdrdrv-dkms", "0.3.1-1"),
             "debian/mtgdrdrv-dkms.changelog",
         );
     }
