@@ -59,7 +59,7 @@ pub struct Options {
     /// Run only the upgrade test (builds this release's four .debs and the next release's).
     #[arg(long)]
     pub upgrade_only: bool,
-    /// Skip the upgrade test.
+    /// Skip the upgrade test (so does --no-install).
     #[arg(long, conflicts_with = "upgrade_only")]
     pub no_upgrade: bool,
 }
