@@ -40,6 +40,7 @@
 //!    then its purge leaves the root as clean.
 
 mod root;
+mod upgrade;
 
 use std::cell::RefCell;
 use std::fs;
@@ -62,6 +63,7 @@ use root::Root;
 /// The packaging steps; the install test only with `vm` (it boots QEMU).
 pub fn test_steps(vm: bool) -> Vec<Step<'static>> {
     let debs: Rc<RefCell<Option<Vec<Built>>>> = Rc::default();
+    let upgrade = upgrade::test_step(debs.clone());
     let (d1, d2, d3, d4, d5) = (debs.clone(), debs.clone(), debs.clone(), debs.clone(), debs);
     let mut steps: Vec<Step<'static>> = vec![
         (
@@ -86,6 +88,7 @@ pub fn test_steps(vm: bool) -> Vec<Step<'static>> {
             "packages: install on bookworm (DKMS, VM, container), purge",
             Box::new(move |sh: &Shell| install_test(sh, &built(sh, &d3)?)),
         ));
+        steps.push(upgrade);
     }
     steps
 }
@@ -99,11 +102,16 @@ pub struct Args {
     /// Skip the install test.
     #[arg(long)]
     no_install: bool,
+    #[command(flatten)]
+    upgrade: upgrade::Options,
 }
 
 pub fn cli(args: Args) -> Result<()> {
     let sh = Shell::new()?;
     sh.change_dir(paths::root());
+    if args.upgrade.upgrade_only {
+        return upgrade::cli(&sh);
+    }
     let ws = Workspace::load(&sh)?;
     let debs = deb::build_everything(&sh, &ws)?;
     if !args.no_lintian {
@@ -111,6 +119,9 @@ pub fn cli(args: Args) -> Result<()> {
     }
     if !args.no_install {
         install_test(&sh, &debs)?;
+    }
+    if !args.no_install && !args.upgrade.no_upgrade {
+        upgrade::test(&sh, &debs)?;
     }
     Ok(())
 }
