@@ -286,6 +286,47 @@ fn vendor(sh: &Shell, dir: &Path) -> Result<()> {
         "cargo vendor failed (the crates must be in the local cache: cargo fetch):\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    prune_prebuilt(&vendor)
+}
+
+/// File names of prebuilt binaries, which some crates carry as test fixtures (libloading's
+/// Windows DLLs): a source package holds no binary it cannot rebuild.
+fn prebuilt(name: &str) -> bool {
+    [".dll", ".exe", ".lib", ".a", ".so", ".dylib", ".o", ".obj"]
+        .iter()
+        .any(|ext| name.ends_with(ext))
+}
+
+/// Removes prebuilt binaries from the vendored crates, and their entries from the crate's
+/// `.cargo-checksum.json` (cargo checks the files it lists, and only those).
+fn prune_prebuilt(vendor: &Path) -> Result<()> {
+    for entry in fs::read_dir(vendor)? {
+        let krate = entry?.path();
+        let sums_path = krate.join(".cargo-checksum.json");
+        let text = fs::read_to_string(&sums_path)
+            .with_context(|| format!("reading {}", sums_path.display()))?;
+        let mut sums: serde_json::Value = serde_json::from_str(&text)
+            .with_context(|| format!("parsing {}", sums_path.display()))?;
+        let files = sums["files"]
+            .as_object_mut()
+            .with_context(|| format!("{}: no \"files\"", sums_path.display()))?;
+        let doomed: Vec<String> = files.keys().filter(|f| prebuilt(f)).cloned().collect();
+        if doomed.is_empty() {
+            continue;
+        }
+        for file in &doomed {
+            files.remove(file);
+            let path = krate.join(file);
+            fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
+        }
+        fs::write(&sums_path, serde_json::to_string(&sums)?)
+            .with_context(|| format!("writing {}", sums_path.display()))?;
+        eprintln!(
+            "    vendor/{}: left out {}",
+            krate.file_name().unwrap_or_default().to_string_lossy(),
+            doomed.join(", ")
+        );
+    }
     Ok(())
 }
 
@@ -562,6 +603,14 @@ mod tests {
         assert!(entries.contains("a 1.0.0 ab"));
         assert!(entries.contains("b 0.1.0 "));
         assert_eq!(entries.len(), 2);
+    }
+
+    #[test]
+    fn prebuilt_binaries_are_recognised() {
+        assert!(prebuilt("tests/nagisa64.dll"));
+        assert!(prebuilt("lib/windows.0.52.0.lib"));
+        assert!(!prebuilt("src/lib.rs"));
+        assert!(!prebuilt("Cargo.toml.orig"));
     }
 
     #[test]
