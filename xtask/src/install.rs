@@ -79,7 +79,7 @@ pub fn cli(args: Args) -> Result<()> {
         let (major, _) = krate.major_minor()?;
         let names = LibNames::new(&krate.version, major);
         let target = dest(&libdir);
-        stage::install_lib(&sh, &ws, &target, &names)?;
+        stage::install_lib(&sh, &ws, &ws.release_dir(), &target, &names)?;
         let prefix = args.prefix.to_string_lossy();
         let pc_libdir = match libdir.strip_prefix(&args.prefix) {
             Ok(rel) => format!("${{prefix}}/{}", rel.display()),
@@ -101,7 +101,7 @@ pub fn cli(args: Args) -> Result<()> {
         build::exes(&sh)?;
         let bins = &ws.krate("mtgdrcopy-tests")?.bins;
         let bindir = dest(&args.prefix.join("bin"));
-        stage::install_exes(&sh, &ws, bins, &bindir)?;
+        stage::install_exes(&sh, &ws, &ws.release_dir(), bins, &bindir)?;
         for bin in bins {
             report(&bindir.join(bin));
         }

@@ -146,7 +146,7 @@ pub fn package_arch(ws: &Workspace) -> Result<Arch> {
 fn packaged(sh: &Shell, ws: &Workspace) -> Result<()> {
     match ws.target {
         Some(target) => crate::cross::packaged(sh, target),
-        None => build::packaged(sh),
+        None => build::packaged(sh, &ws.target_dir),
     }
 }
 
@@ -321,7 +321,7 @@ fn stage_lib(sh: &Shell, ws: &Workspace, tree: &Path) -> Result<()> {
     let libdir_rel = format!("usr/lib/{}", arch.multiarch);
     let libdir = tree.join(&libdir_rel);
     let names = LibNames::new(&krate.version, major);
-    install_lib(sh, ws, &libdir, &names)?;
+    install_lib(sh, ws, &ws.packaged_dir(), &libdir, &names)?;
     let pc = pkg_config(
         "/usr",
         &format!("${{prefix}}/lib/{}", arch.multiarch),
@@ -361,11 +361,16 @@ impl LibNames {
     }
 }
 
-/// The shared library (stripped like dh_strip does, mode 0644 as Debian policy wants), its two
-/// links and the static library (debug info stripped) into `libdir`.
-pub fn install_lib(sh: &Shell, ws: &Workspace, libdir: &Path, names: &LibNames) -> Result<()> {
+/// The shared library built in `release` (stripped like dh_strip does, mode 0644 as Debian
+/// policy wants), its two links and the static library (debug info stripped) into `libdir`.
+pub fn install_lib(
+    sh: &Shell,
+    ws: &Workspace,
+    release: &Path,
+    libdir: &Path,
+    names: &LibNames,
+) -> Result<()> {
     fs::create_dir_all(libdir).with_context(|| format!("creating {}", libdir.display()))?;
-    let release = ws.release_dir();
     let real = libdir.join(&names.real);
     let built = release.join("libgdrapi.so");
     strip(sh, ws)?
@@ -458,7 +463,7 @@ fn stage_tests(sh: &Shell, ws: &Workspace, tree: &Path) -> Result<()> {
     let krate = ws.krate(Package::Tests.crate_name())?;
     packaged(sh, ws)?;
     let bin = tree.join("usr/bin");
-    install_exes(sh, ws, &krate.bins, &bin)?;
+    install_exes(sh, ws, &ws.packaged_dir(), &krate.bins, &bin)?;
     ensure!(
         !krate.bins.is_empty(),
         "mtgdrcopy-tests has no programs to package"
@@ -484,11 +489,17 @@ fn stage_tests(sh: &Shell, ws: &Workspace, tree: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The programs of mtgdrcopy-tests, stripped, into `bindir`.
-pub fn install_exes(sh: &Shell, ws: &Workspace, bins: &[String], bindir: &Path) -> Result<()> {
+/// The programs of mtgdrcopy-tests built in `release`, stripped, into `bindir`.
+pub fn install_exes(
+    sh: &Shell,
+    ws: &Workspace,
+    release: &Path,
+    bins: &[String],
+    bindir: &Path,
+) -> Result<()> {
     fs::create_dir_all(bindir).with_context(|| format!("creating {}", bindir.display()))?;
     for name in bins {
-        let built = ws.release_dir().join(name);
+        let built = release.join(name);
         let to = bindir.join(name);
         strip(sh, ws)?
             .args(["--remove-section=.comment", "--remove-section=.note", "-o"])
