@@ -10,7 +10,8 @@
 //! are the same inside and out) and the host's crate registry at `/root/.cargo/registry`. The
 //! chroot has no trust store for the crate registry: the host fetches (`cargo fetch --locked`)
 //! and the chroot builds `--offline --locked`. Products go to `<target dir>/cross/<triple>/`,
-//! apart from the host toolchain's, whose fingerprints differ (another rustc).
+//! apart from the host toolchain's, whose fingerprints differ (another rustc); the packages'
+//! reproducible build to `<target dir>/cross/packaged/<triple>/`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -96,6 +97,9 @@ fn recipe() -> String {
     format!("cross v1: arm64; {}", PACKAGES.join(" "))
 }
 
+/// Cargo's home in the toolchain chroot; the host's crate registry is mounted in it.
+const CHROOT_CARGO_HOME: &str = "/root/.cargo";
+
 /// Debian's cross toolchain, in its chroot (locked for this process once made).
 pub struct Toolchain {
     chroot: Chroot,
@@ -173,13 +177,13 @@ impl Toolchain {
             binds.push((target_dir.clone(), target_dir.clone()));
         }
         binds.push((
-            cargo_home().join("registry"),
-            PathBuf::from("/root/.cargo/registry"),
+            paths::cargo_home().join("registry"),
+            Path::new(CHROOT_CARGO_HOME).join("registry"),
         ));
         let upper = target.triple.to_uppercase().replace('-', "_");
         let mut vars = vec![
             format!("CARGO_TARGET_DIR={}", target_dir.display()),
-            "CARGO_HOME=/root/.cargo".to_owned(),
+            format!("CARGO_HOME={CHROOT_CARGO_HOME}"),
             "CARGO_NET_OFFLINE=true".to_owned(),
             format!("CARGO_TARGET_{upper}_LINKER={}-gcc", target.multiarch),
             format!("CARGO_TARGET_{upper}_RUNNER={}", runner(target)),
@@ -221,16 +225,6 @@ fn runner(target: &Target) -> String {
     format!("{} -L /usr/{}", target.qemu, target.multiarch)
 }
 
-fn cargo_home() -> PathBuf {
-    if let Some(home) = std::env::var_os("CARGO_HOME") {
-        return PathBuf::from(home);
-    }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| "/root".into());
-    home.join(".cargo")
-}
-
 /// The cross toolchain's target directory (next to the host's, never shared with it).
 pub fn target_dir() -> PathBuf {
     let host = std::env::var_os("CARGO_TARGET_DIR")
@@ -265,7 +259,9 @@ pub fn fetch(sh: &Shell) -> Result<()> {
 }
 
 /// The packaged artifacts for `target`: libgdrapi (cdylib, staticlib) and the tools, release,
-/// in one cargo invocation as [`crate::build::packaged`] does natively. Once per process.
+/// in one cargo invocation as [`crate::build::packaged`] does natively, reproducible as it is
+/// (the same remapping of the workspace, the target directory and cargo's home, which is
+/// [`CHROOT_CARGO_HOME`] here) in a target directory of its own. Once per process.
 pub fn packaged(sh: &Shell, target: &Target) -> Result<()> {
     static DONE: std::sync::OnceLock<()> = std::sync::OnceLock::new();
     if DONE.get().is_some() {
@@ -273,8 +269,21 @@ pub fn packaged(sh: &Shell, target: &Target) -> Result<()> {
     }
     fetch(sh)?;
     let toolchain = toolchain(sh)?;
+    let dir = packaged_target_dir();
+    // The paths are the chroot's: the workspace and the target directory are mounted at their
+    // host paths, the registry under CHROOT_CARGO_HOME (mount points, not links, so what
+    // reproducible_rustflags resolves on the host adds nothing that matters inside).
+    let flags =
+        crate::build::reproducible_rustflags(&paths::root(), &dir, Path::new(CHROOT_CARGO_HOME));
+    let env = [format!(
+        "CARGO_ENCODED_RUSTFLAGS={}",
+        crate::build::encode_rustflags(&flags)
+    )];
     toolchain
-        .cargo(sh, target, "build")
+        .cmd(sh, target, &env, "cargo")
+        .args(["build", "--target", target.triple, "--locked", "--offline"])
+        .arg("--target-dir")
+        .arg(&dir)
         .args([
             "--quiet",
             "--release",
@@ -294,6 +303,16 @@ pub fn packaged(sh: &Shell, target: &Target) -> Result<()> {
         })?;
     let _ = DONE.set(());
     Ok(())
+}
+
+/// The packaged build's target directory (inside the cross toolchain's, so mounted with it).
+fn packaged_target_dir() -> PathBuf {
+    crate::build::packaged_target_dir(&target_dir())
+}
+
+/// Where [`packaged`] puts its products for `target`.
+pub fn packaged_release_dir(target: &Target) -> PathBuf {
+    packaged_target_dir().join(target.triple).join("release")
 }
 
 /// `cargo xtask build --target`: the library and/or the tools for `target`, release.

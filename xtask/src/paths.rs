@@ -26,3 +26,14 @@ pub fn cache_dir() -> PathBuf {
         .unwrap_or_else(|| "/root".into());
     home.join(".cache").join("mtgdrcopy")
 }
+
+/// Cargo's home (the crate registry's sources are under it): `$CARGO_HOME`, else `~/.cargo`.
+pub fn cargo_home() -> PathBuf {
+    if let Some(home) = std::env::var_os("CARGO_HOME") {
+        return PathBuf::from(home);
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "/root".into());
+    home.join(".cargo")
+}

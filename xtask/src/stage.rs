@@ -133,7 +133,7 @@ pub fn package_arch(ws: &Workspace) -> Result<Arch> {
 fn packaged(sh: &Shell, ws: &Workspace) -> Result<()> {
     match ws.target {
         Some(target) => crate::cross::packaged(sh, target),
-        None => build::packaged(sh),
+        None => build::packaged(sh, &ws.target_dir),
     }
 }
 
@@ -210,7 +210,7 @@ fn install_tree(sh: &Shell, ws: &Workspace) -> Result<PathBuf> {
     let tmp = paths::build_dir().join("pkg/tmp");
     fresh_dir(&tmp)?;
     let arch = package_arch(ws)?;
-    let release = ws.release_dir();
+    let release = ws.packaged_dir();
     let script = paths::root().join("debian/scripts/install-tree");
     let multiarch = format!("DEB_HOST_MULTIARCH={}", arch.multiarch);
     let command = match ws.target {

@@ -103,4 +103,12 @@ impl Workspace {
             None => self.target_dir.join("release"),
         }
     }
+
+    /// Where the packaged build (`build::packaged`, `cross::packaged`) puts its products.
+    pub fn packaged_dir(&self) -> PathBuf {
+        match self.target {
+            Some(target) => crate::cross::packaged_release_dir(target),
+            None => crate::build::packaged_target_dir(&self.target_dir).join("release"),
+        }
+    }
 }
