@@ -166,6 +166,12 @@ pub fn build(sh: &Shell, ws: &Workspace, package: Package) -> Result<Built> {
                 substvars: &vars,
             },
         )?;
+        // dh_gencontrol gives a debug symbol package no Homepage of the source's.
+        let text: String = text
+            .lines()
+            .filter(|l| !l.starts_with("Homepage:"))
+            .map(|l| format!("{l}\n"))
+            .collect();
         write_deb(sh, &dbgsym, &text, &dbgsym_deb)?;
         Some(dbgsym_deb)
     };

@@ -463,15 +463,32 @@ fn contents(sh: &Shell, deb: &Path) -> Result<Contents> {
         .map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             // mode owner size date time path [-> target]
-            format!(
-                "{} {}",
-                f.first().unwrap_or(&""),
-                f.get(5..).unwrap_or(&[]).join(" ")
-            )
+            let path = f.get(5..).unwrap_or(&[]).join(" ");
+            format!("{} {}", f.first().unwrap_or(&""), without_build_id(&path))
         })
+        // How the IDs spread over directories is chance; the debug files are counted.
+        .filter(|l| !l.ends_with("/.build-id/*/"))
         .collect();
     files.sort();
     Ok(Contents { fields, files })
+}
+
+/// A debug file's path with its build ID (which another compiler changes) written as `*`:
+/// `./usr/lib/debug/.build-id/ab/cdef….debug` → `./usr/lib/debug/.build-id/*/*.debug`.
+fn without_build_id(path: &str) -> String {
+    const DIR: &str = "/usr/lib/debug/.build-id/";
+    match path.find(DIR) {
+        Some(at) => {
+            let rest = &path[at + DIR.len()..];
+            let masked = match rest.split_once('/') {
+                Some((_, "")) => "*/".to_owned(),
+                Some((_, file)) if file.ends_with(".debug") => "*/*.debug".to_owned(),
+                _ => rest.to_owned(),
+            };
+            format!("{}{DIR}{masked}", &path[..at])
+        }
+        None => path.to_owned(),
+    }
 }
 
 /// Control fields that differ between two correct builds: the size (another compiler), the
@@ -525,13 +542,27 @@ fn compare(sh: &Shell, ours: &[PathBuf], debs: &[PathBuf]) -> Result<Vec<String>
                 "{name}: {field}: deb-all {x:?}, dpkg-buildpackage {y:?}"
             ));
         }
-        let (fa, fb): (BTreeSet<&String>, BTreeSet<&String>) =
-            (a.files.iter().collect(), b.files.iter().collect());
-        for f in fa.difference(&fb) {
-            findings.push(format!("{name}: only deb-all has {f}"));
+        // Counted, not only listed: masked debug files must be as many on both sides.
+        let count = |files: &[String]| {
+            let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+            for f in files {
+                *counts.entry(f.clone()).or_default() += 1;
+            }
+            counts
+        };
+        let (fa, fb) = (count(&a.files), count(&b.files));
+        for (f, n) in &fa {
+            let m = fb.get(f).copied().unwrap_or(0);
+            if *n != m {
+                findings.push(format!(
+                    "{name}: {f}: {n} in deb-all, {m} in dpkg-buildpackage"
+                ));
+            }
         }
-        for f in fb.difference(&fa) {
-            findings.push(format!("{name}: only dpkg-buildpackage has {f}"));
+        for (f, m) in &fb {
+            if !fa.contains_key(f) {
+                findings.push(format!("{name}: only dpkg-buildpackage has {f} ({m})"));
+            }
         }
     }
     Ok(findings)
@@ -603,6 +634,19 @@ mod tests {
         assert!(entries.contains("a 1.0.0 ab"));
         assert!(entries.contains("b 0.1.0 "));
         assert_eq!(entries.len(), 2);
+    }
+
+    #[test]
+    fn build_ids_are_masked() {
+        assert_eq!(
+            without_build_id("./usr/lib/debug/.build-id/ab/cdef0123.debug"),
+            "./usr/lib/debug/.build-id/*/*.debug"
+        );
+        assert_eq!(
+            without_build_id("./usr/lib/debug/.build-id/ab/"),
+            "./usr/lib/debug/.build-id/*/"
+        );
+        assert_eq!(without_build_id("./usr/bin/x"), "./usr/bin/x");
     }
 
     #[test]

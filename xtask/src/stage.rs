@@ -198,7 +198,15 @@ pub fn stage(sh: &Shell, ws: &Workspace, package: Package) -> Result<PathBuf> {
     }
     install_docs(package, &tree)?;
     compress(&tree)?;
-    strip(sh, ws, &tree, &package.dbgsym_tree())?;
+    let dbgsym = package.dbgsym_tree();
+    strip(sh, ws, &tree, &dbgsym)?;
+    if dbgsym.join("usr/lib/debug").exists() {
+        // As dh_strip does: the debug package's documentation is its package's.
+        put_symlink(
+            package.deb_name(),
+            &dbgsym.join(format!("usr/share/doc/{}-dbgsym", package.deb_name())),
+        )?;
+    }
     control_files(sh, ws, package, &tree)?;
     Ok(tree)
 }
