@@ -31,9 +31,6 @@ use crate::stage::{self, Package};
 use crate::workspace::Workspace;
 use crate::{chroot, paths};
 
-/// The workspace members that build the packages; the orig tarball's workspace has only these.
-const PRODUCT: &[&str] = &["mtgdrdrv", "libgdrapi", "mtgdrcopy-tests", "mtgdrcopy-meta"];
-
 /// Tracked paths (prefixes) left out of the orig tarball: developer tooling and test
 /// infrastructure, and debian/ (the .debian.tar.xz carries it).
 const LEFT_OUT: &[&str] = &[
@@ -204,7 +201,8 @@ fn copy_file(from: &Path, to: &Path) -> Result<()> {
 fn product_workspace(sh: &Shell, dir: &Path) -> Result<()> {
     let manifest = dir.join("Cargo.toml");
     let text = fs::read_to_string(&manifest)?;
-    let members = PRODUCT
+    // The orig tarball's workspace has only the crates that build the packages.
+    let members = paths::PRODUCTS
         .iter()
         .map(|m| format!("\"{m}\""))
         .collect::<Vec<_>>()

@@ -1,8 +1,7 @@
 //! Who makes the packages and where the project lives, written in ONE place: debian/control's
 //! Source paragraph (`Maintainer:`, `Homepage:`). `cargo xtask codegen` copies them to
-//! debian/copyright (`Upstream-Contact:` = Maintainer, `Source:` = Homepage), the workspace's
-//! `repository` (= Homepage) and the product crates' `[package.metadata.deb] maintainer`s, so
-//! `codegen --check` catches a copy edited by hand. `release-check` refuses a placeholder
+//! debian/copyright (`Upstream-Contact:` = Maintainer, `Source:` = Homepage) and the
+//! workspace's `repository` (= Homepage), so `codegen --check` catches a copy edited by hand. `release-check` refuses a placeholder
 //! (example.org, *.invalid, ...) in any of them and in the changelogs' newest trailers.
 
 use std::fs;
@@ -14,7 +13,7 @@ use xshell::{cmd, Shell};
 
 use crate::codegen::Generated;
 use crate::deb822;
-use crate::paths::{self, PRODUCTS};
+use crate::paths;
 use crate::versions::{self, Tree};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -209,11 +208,9 @@ fn manifest_values(sh: &Shell) -> Result<Vec<(String, String)>> {
     Ok(values)
 }
 
-/// The manifests with the identity filled in from debian/control: the workspace's
-/// `repository` and the product crates' `[package.metadata.deb] maintainer`s, where they have
-/// one (cargo-deb's packaging reads them).
+/// The workspace manifest with the identity filled in from debian/control: its `repository`
+/// is the homepage.
 pub fn cargo_manifests(root: &Path, identity: &Identity) -> Result<Vec<Generated>> {
-    let mut out = Vec::new();
     let path = root.join("Cargo.toml");
     let text = fs::read_to_string(&path).context("reading Cargo.toml")?;
     let (contents, n) = set_toml_string(
@@ -226,18 +223,7 @@ pub fn cargo_manifests(root: &Path, identity: &Identity) -> Result<Vec<Generated
         n == 1,
         "Cargo.toml: [workspace.package] needs one `repository = \"...\"`"
     );
-    out.push(Generated { path, contents });
-    for name in PRODUCTS {
-        let path = root.join(name).join("Cargo.toml");
-        let text =
-            fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        let deb = |s: &str| s == "package.metadata.deb" || s.starts_with("package.metadata.deb.");
-        let (contents, n) = set_toml_string(&text, deb, "maintainer", &identity.maintainer)?;
-        if n > 0 {
-            out.push(Generated { path, contents });
-        }
-    }
-    Ok(out)
+    Ok(vec![Generated { path, contents }])
 }
 
 /// Sets the basic-string value of `key` in the tables `in_table` accepts, keeping every other
