@@ -397,7 +397,9 @@ pub fn dpkg_buildpackage(sh: &Shell, source: &SourcePackage) -> Result<Vec<PathB
     }
     let dsc = work.join(source.dsc.file_name().context("the .dsc has no name")?);
     let tree = work.join("src");
+    // A fresh log for each build (run_logged appends).
     let log = paths::build_dir().join("logs/dpkg-buildpackage.log");
+    stage::put_text(&log, "", 0o644)?;
     chroot::run_logged(
         chroot::offline_command(sh, &chroot.root, Some(work), "dpkg-source")
             .arg("-x")
