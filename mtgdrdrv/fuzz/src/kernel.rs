@@ -1002,9 +1002,11 @@ impl Worker {
         if f.addr == 0 || f.size == 0 || f.size > MAX_PIN || f.addr.checked_add(f.size).is_none() {
             return Err(vec![libc::EINVAL]);
         }
-        // From here on the provider decides: an injected ENOMEM comes before its checks.
+        // From here on the provider decides: an injected ENOMEM comes before its checks. The
+        // module asks for 8 MiB chunks in turn, so a pin the provider refuses in a later chunk
+        // may first get an earlier chunk's table with an injected bad version (EPROTO).
         let refused = if self.faults_possible {
-            vec![libc::EINVAL, libc::ENOMEM]
+            vec![libc::EINVAL, libc::ENOMEM, libc::EPROTO]
         } else {
             vec![libc::EINVAL]
         };
