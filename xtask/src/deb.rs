@@ -298,40 +298,27 @@ pub fn source_date_epoch(sh: &Shell) -> Result<String> {
 /// `md5sums`: one `<md5>  <path>` line per regular file but DEBIAN/, sorted by path.
 fn md5sums(tree: &Path) -> Result<String> {
     let mut lines = Vec::new();
-    let mut dirs = vec![tree.to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        for entry in fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
-            let entry = entry?;
-            let kind = entry.file_type()?;
-            if dir == tree && entry.file_name() == "DEBIAN" {
-                continue;
-            }
-            if kind.is_dir() {
-                dirs.push(entry.path());
-            } else if kind.is_file() {
-                let mut file = fs::File::open(entry.path())?;
-                let mut hasher = Md5::new();
-                let mut buf = [0u8; 65536];
-                loop {
-                    let n = file.read(&mut buf)?;
-                    if n == 0 {
-                        break;
-                    }
-                    hasher.update(&buf[..n]);
-                }
-                let hex: String = hasher
-                    .finalize()
-                    .iter()
-                    .map(|b| format!("{b:02x}"))
-                    .collect();
-                let rel = entry
-                    .path()
-                    .strip_prefix(tree)?
-                    .to_string_lossy()
-                    .into_owned();
-                lines.push(format!("{hex}  {rel}\n"));
-            }
+    for path in stage::files(tree)? {
+        let rel = path.strip_prefix(tree)?.to_string_lossy().into_owned();
+        if rel.starts_with("DEBIAN/") {
+            continue;
         }
+        let mut file = fs::File::open(&path)?;
+        let mut hasher = Md5::new();
+        let mut buf = [0u8; 65536];
+        loop {
+            let n = file.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+        }
+        let hex: String = hasher
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        lines.push(format!("{hex}  {rel}\n"));
     }
     lines.sort_by(|a, b| a[34..].cmp(&b[34..]));
     Ok(lines.concat())
@@ -402,19 +389,11 @@ pub fn field<'a>(control: &'a str, field: &str) -> Option<&'a str> {
 /// Executables and shared libraries (not archives, not kernel objects) in `tree`.
 pub fn elf_files(tree: &Path) -> Result<Vec<PathBuf>> {
     let mut found = Vec::new();
-    let mut dirs = vec![tree.to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        for entry in fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
-            let entry = entry?;
-            let kind = entry.file_type()?;
-            if kind.is_dir() {
-                dirs.push(entry.path());
-            } else if kind.is_file() && elf_kind(&entry.path())?.is_some() {
-                found.push(entry.path());
-            }
+    for path in stage::files(tree)? {
+        if elf_kind(&path)?.is_some() {
+            found.push(path);
         }
     }
-    found.sort();
     Ok(found)
 }
 

@@ -660,7 +660,7 @@ fn copy_tree(from: &Path, to: &Path, rel: &Path, skip: &[String]) -> Result<()> 
 }
 
 /// The regular files under `dir`, sorted.
-fn files(dir: &Path) -> Result<Vec<PathBuf>> {
+pub fn files(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut found = Vec::new();
     let mut dirs = vec![dir.to_path_buf()];
     while let Some(dir) = dirs.pop() {
