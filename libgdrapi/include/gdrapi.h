@@ -44,8 +44,11 @@
  *    gdr_t (it frees the child's copy without touching the parent's pins) and gdr_open for its
  *    own; nothing else.
  *  - Copies touch device memory only with naturally aligned 1-64 byte accesses and end with a
- *    fence (store fence after writes, full fence after streaming reads). They give no ordering
- *    guarantee towards GPU work already running. GDRCOPY_COPY_VARIANT forces a CPU variant.
+ *    fence: after writes a store fence (x86 sfence), after reads a load fence (x86 lfence:
+ *    every read is complete before anything later starts). Neither orders earlier writes
+ *    before later reads: write a doorbell, then read, with a full fence (mfence) between, as
+ *    with upstream. They give no ordering guarantee towards GPU work already running.
+ *    GDRCOPY_COPY_VARIANT forces a CPU variant.
  *  - Logging: GDRCOPY_ENABLE_LOGGING (set = on) and GDRCOPY_LOG_LEVEL (1 debug .. 4 error).
  *
  * Two backends, chosen by gdr_open: the mtgdrdrv module when /dev/mtgdrdrv can be opened, else
@@ -147,6 +150,11 @@ typedef gdr_info_v2_t gdr_info_t;
 #define GPU_PAGE_OFFSET (GPU_PAGE_SIZE - 1)
 
 #define GPU_PAGE_MASK ~GPU_PAGE_OFFSET
+
+/**
+ * Copies shorter than this are made inline, without SIMD registers or an indirect call.
+ */
+#define INLINE_BELOW 16
 
 /**
  * CUDA's `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`. MUSA's value is not public; its other device
@@ -260,7 +268,8 @@ int gdr_unmap(gdr_t g, gdr_mh_t handle, void *va, size_t size);
  * Host → device. `map_d_ptr .. + size` must lie inside the live mapping of `handle`, else
  * `EINVAL` (also in a forked child, which inherits no mapping). A copy racing
  * `gdr_unmap`/`gdr_unpin_buffer`/`gdr_close` of its handle in another thread either completes
- * before the mapping goes (the unmap waits for it) or returns `EINVAL`; it never faults.
+ * before the mapping goes (the unmap waits for it) or returns `EINVAL`; it never faults. The
+ * check takes no lock and makes no system call (see `handles`).
  *
  * # Safety
  * `h_ptr` is readable for `size` bytes.

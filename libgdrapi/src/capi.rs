@@ -464,12 +464,7 @@ pub unsafe extern "C" fn gdr_map_v2(
                 return Err(Error::new("gdr_map", Errno::EAGAIN));
             }
             let mapping = memh.pin.map_raw(size, request)?;
-            handles::set_mapped(
-                handle.key(),
-                mapping.ptr().as_ptr() as usize,
-                mapping.len(),
-                mapping.mapping_type as u32,
-            );
+            handles::set_mapped(handle.key(), mapping.ptr().as_ptr() as usize, mapping.len());
             *out = mapping.ptr().as_ptr().cast();
             memh.mapping = Some(mapping);
             Ok(())
@@ -509,31 +504,11 @@ pub unsafe extern "C" fn gdr_unmap(
     })
 }
 
-/// Runs `copy` if `device .. + size` lies inside the live mapping of `handle` (checked without a
-/// lock, see `handles`); 0, or `EINVAL` without touching anything.
-fn checked_copy(
-    handle: gdr_mh_t,
-    device: *const c_void,
-    host: *const c_void,
-    size: usize,
-    copy: impl FnOnce(),
-) -> c_int {
-    if size == 0 {
-        return 0;
-    }
-    if device.is_null() || host.is_null() {
-        return Errno::EINVAL as c_int;
-    }
-    match handles::with_mapping(handle.key(), device as usize, size, copy) {
-        Some(()) => 0,
-        None => Errno::EINVAL as c_int,
-    }
-}
-
 /// Host → device. `map_d_ptr .. + size` must lie inside the live mapping of `handle`, else
 /// `EINVAL` (also in a forked child, which inherits no mapping). A copy racing
 /// `gdr_unmap`/`gdr_unpin_buffer`/`gdr_close` of its handle in another thread either completes
-/// before the mapping goes (the unmap waits for it) or returns `EINVAL`; it never faults.
+/// before the mapping goes (the unmap waits for it) or returns `EINVAL`; it never faults. The
+/// check takes no lock and makes no system call (see `handles`).
 ///
 /// # Safety
 /// `h_ptr` is readable for `size` bytes.
@@ -544,11 +519,57 @@ pub unsafe extern "C" fn gdr_copy_to_mapping(
     h_ptr: *const c_void,
     size: usize,
 ) -> c_int {
-    checked_copy(handle, map_d_ptr, h_ptr, size, || {
-        // SAFETY: the device range is inside a live mapping that stays mapped during the copy
-        // (checked and announced by `with_mapping`); the host range is the caller's guarantee.
-        unsafe { (copy::selected().to_device)(map_d_ptr.cast(), h_ptr.cast(), size) }
-    })
+    if size == 0 {
+        return 0;
+    }
+    if h_ptr.is_null() {
+        return Errno::EINVAL as c_int;
+    }
+    let _copying = match handles::enter(handle.key(), map_d_ptr as usize, size) {
+        handles::Entry::Inside(copying) => copying,
+        handles::Entry::Outside => return Errno::EINVAL as c_int,
+        // SAFETY: forwarded caller guarantee.
+        handles::Entry::NoHazard => return unsafe { copy_to_cold(handle, map_d_ptr, h_ptr, size) },
+    };
+    if size >= copy::INLINE_BELOW {
+        // SAFETY: forwarded caller guarantee; `_copying` moves along.
+        return unsafe { to_mapping_large(_copying, map_d_ptr, h_ptr, size) };
+    }
+    // SAFETY: the device range is inside a live mapping that stays mapped while `_copying`
+    // lives (checked and announced by `enter`); the host range is the caller's guarantee.
+    unsafe { copy::to_device(map_d_ptr.cast(), h_ptr.cast(), size) };
+    0
+}
+
+/// Copies of `copy::INLINE_BELOW` bytes or more call the variant's routine: out of line (a
+/// tail call), so that small copies need no registers saved around that call.
+#[inline(never)]
+unsafe extern "C" fn to_mapping_large(
+    _copying: handles::Copying,
+    map_d_ptr: *mut c_void,
+    h_ptr: *const c_void,
+    size: usize,
+) -> c_int {
+    // SAFETY: as in `gdr_copy_to_mapping`.
+    unsafe { copy::to_device(map_d_ptr.cast(), h_ptr.cast(), size) };
+    0
+}
+
+/// A thread's first copy: out of line, so that the common path saves no registers.
+#[cold]
+#[inline(never)]
+unsafe extern "C" fn copy_to_cold(
+    handle: gdr_mh_t,
+    map_d_ptr: *mut c_void,
+    h_ptr: *const c_void,
+    size: usize,
+) -> c_int {
+    let Some(_copying) = handles::enter_cold(handle.key(), map_d_ptr as usize, size) else {
+        return Errno::EINVAL as c_int;
+    };
+    // SAFETY: as in `gdr_copy_to_mapping`.
+    unsafe { copy::to_device(map_d_ptr.cast(), h_ptr.cast(), size) };
+    0
 }
 
 /// Device → host. `map_d_ptr .. + size` must lie inside the live mapping of `handle`, else
@@ -563,10 +584,57 @@ pub unsafe extern "C" fn gdr_copy_from_mapping(
     map_d_ptr: *const c_void,
     size: usize,
 ) -> c_int {
-    checked_copy(handle, map_d_ptr, h_ptr, size, || {
-        // SAFETY: as in `gdr_copy_to_mapping`, with the roles swapped.
-        unsafe { (copy::selected().from_device)(h_ptr.cast(), map_d_ptr.cast(), size) }
-    })
+    if size == 0 {
+        return 0;
+    }
+    if h_ptr.is_null() {
+        return Errno::EINVAL as c_int;
+    }
+    let _copying = match handles::enter(handle.key(), map_d_ptr as usize, size) {
+        handles::Entry::Inside(copying) => copying,
+        handles::Entry::Outside => return Errno::EINVAL as c_int,
+        // SAFETY: forwarded caller guarantee.
+        handles::Entry::NoHazard => {
+            return unsafe { copy_from_cold(handle, h_ptr, map_d_ptr, size) }
+        }
+    };
+    if size >= copy::INLINE_BELOW {
+        // SAFETY: forwarded caller guarantee; `_copying` moves along.
+        return unsafe { from_mapping_large(_copying, h_ptr, map_d_ptr, size) };
+    }
+    // SAFETY: as in `gdr_copy_to_mapping`, with the roles swapped.
+    unsafe { copy::from_device(h_ptr.cast(), map_d_ptr.cast(), size) };
+    0
+}
+
+/// As `to_mapping_large`.
+#[inline(never)]
+unsafe extern "C" fn from_mapping_large(
+    _copying: handles::Copying,
+    h_ptr: *mut c_void,
+    map_d_ptr: *const c_void,
+    size: usize,
+) -> c_int {
+    // SAFETY: as in `gdr_copy_to_mapping`, with the roles swapped.
+    unsafe { copy::from_device(h_ptr.cast(), map_d_ptr.cast(), size) };
+    0
+}
+
+/// As `copy_to_cold`.
+#[cold]
+#[inline(never)]
+unsafe extern "C" fn copy_from_cold(
+    handle: gdr_mh_t,
+    h_ptr: *mut c_void,
+    map_d_ptr: *const c_void,
+    size: usize,
+) -> c_int {
+    let Some(_copying) = handles::enter_cold(handle.key(), map_d_ptr as usize, size) else {
+        return Errno::EINVAL as c_int;
+    };
+    // SAFETY: as in `gdr_copy_to_mapping`, with the roles swapped.
+    unsafe { copy::from_device(h_ptr.cast(), map_d_ptr.cast(), size) };
+    0
 }
 
 /// # Safety

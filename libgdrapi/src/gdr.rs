@@ -311,7 +311,7 @@ impl Mapping<'_> {
         let dst = self.range(offset, src.len(), "Mapping::write")?;
         // SAFETY: `dst .. dst + src.len()` lies inside the live mapping (checked by `range`),
         // which stays mapped while `self` exists; `src` is a valid slice.
-        unsafe { (copy::selected().to_device)(dst, src.as_ptr(), src.len()) };
+        unsafe { copy::to_device(dst, src.as_ptr(), src.len()) };
         Ok(())
     }
 
@@ -319,7 +319,7 @@ impl Mapping<'_> {
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         let src = self.range(offset, dst.len(), "Mapping::read")?;
         // SAFETY: as in `write`, with the roles swapped.
-        unsafe { (copy::selected().from_device)(dst.as_mut_ptr(), src, dst.len()) };
+        unsafe { copy::from_device(dst.as_mut_ptr(), src, dst.len()) };
         Ok(())
     }
 

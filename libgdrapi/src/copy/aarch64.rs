@@ -4,7 +4,7 @@
 
 use std::arch::aarch64::*;
 
-use super::{from_device, load_fence, store_fence, to_device, Engine, Variant};
+use super::{ladder_from, ladder_to, load_fence, store_fence, Engine, Variant};
 
 pub static VARIANTS: &[Variant] = &[
     Variant {
@@ -13,6 +13,7 @@ pub static VARIANTS: &[Variant] = &[
         from_device: neon_from_device,
         store_width: 64,
         load_width: 64,
+        on_request: false,
         supported: has_neon,
     },
     super::GENERIC,
@@ -84,13 +85,13 @@ impl Engine for Neon {
 #[target_feature(enable = "neon")]
 unsafe fn neon_to_device(dst: *mut u8, src: *const u8, n: usize) {
     // SAFETY: forwarded caller guarantee; NEON was detected.
-    unsafe { to_device::<Neon>(dst, src, n) };
+    unsafe { ladder_to::<Neon>(dst, src, n) };
     store_fence();
 }
 
 #[target_feature(enable = "neon")]
 unsafe fn neon_from_device(dst: *mut u8, src: *const u8, n: usize) {
     // SAFETY: forwarded caller guarantee; NEON was detected.
-    unsafe { from_device::<Neon>(dst, src, n) };
+    unsafe { ladder_from::<Neon>(dst, src, n) };
     load_fence();
 }

@@ -3,14 +3,21 @@
 //! Device memory is touched only with naturally aligned accesses of 1, 2, 4, 8, 16, 32 or 64
 //! bytes; libc memcpy is never used on it, because BAR writes of odd sizes or alignments can be
 //! split or refused by the PCIe path, and reads have side effects on some devices. One engine
-//! (`to_device`/`from_device`) walks the alignment ladder; each CPU variant plugs in the widest
-//! stores and loads it has. The variant is chosen once, from CPU feature flags only (never the
-//! vendor string: Hygon CPUs report `HygonGenuine`), and cached as a pair of function pointers.
+//! (`ladder_to`/`ladder_from`) walks the alignment ladder; each CPU variant plugs in the widest
+//! stores and loads it has. Copies of fewer than 16 bytes never need them: [`to_device`] and
+//! [`from_device`] do those inline (the same accesses every variant would make) and hand larger
+//! ones to the selected variant through a function pointer that resolves itself on first use.
 //!
-//! Every copy ends with a fence: write-combined stores and streaming loads are weakly ordered,
-//! and the caller expects the data to be on its way (or in hand) when the call returns.
+//! The variant is chosen once, from CPU feature flags only (never the vendor string: Hygon CPUs
+//! report `HygonGenuine`); `GDRCOPY_COPY_VARIANT` can force one. Stores and loads are chosen
+//! independently: the default is the first supported entry of the architecture's list that is not
+//! marked `on_request` (see x86_64.rs for the rule there).
+//!
+//! Every copy ends with a fence: write-combined stores and loads from WC memory are weakly
+//! ordered, and the caller expects the data to be on its way (or in hand) when the call returns.
 
 use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::OnceLock;
 
 #[cfg(target_arch = "aarch64")]
@@ -32,6 +39,8 @@ pub struct Variant {
     /// Widest device-side store and load, in bytes.
     pub store_width: usize,
     pub load_width: usize,
+    /// Used only when `GDRCOPY_COPY_VARIANT` names it, never by default.
+    pub on_request: bool,
     supported: fn() -> bool,
 }
 
@@ -67,6 +76,7 @@ pub const GENERIC: Variant = Variant {
     from_device: generic_from_device,
     store_width: 8,
     load_width: 8,
+    on_request: false,
     supported: always,
 };
 
@@ -81,11 +91,16 @@ pub fn selected() -> &'static Variant {
     SELECTED.get_or_init(select)
 }
 
-fn select() -> &'static Variant {
-    let best = variants()
+/// The variant used when nothing is forced: the first supported one not kept for requests.
+pub fn default_variant() -> &'static Variant {
+    variants()
         .iter()
-        .find(|v| v.is_supported())
-        .unwrap_or(&GENERIC);
+        .find(|v| !v.on_request && v.is_supported())
+        .unwrap_or(&GENERIC)
+}
+
+fn select() -> &'static Variant {
+    let best = default_variant();
     let chosen = match std::env::var(VARIANT_ENV) {
         Ok(name) => match variants().iter().find(|v| v.name == name) {
             Some(v) if v.is_supported() => v,
@@ -119,6 +134,71 @@ fn variant_names() -> String {
         .join(", ")
 }
 
+/// The selected variant's routines, or until the first copy the resolvers that select it. A
+/// copy costs one load and an indirect call, with no "initialised?" test.
+static TO_DEVICE: AtomicPtr<()> = AtomicPtr::new(resolve_to_device as *mut ());
+static FROM_DEVICE: AtomicPtr<()> = AtomicPtr::new(resolve_from_device as *mut ());
+
+unsafe fn resolve_to_device(dst: *mut u8, src: *const u8, n: usize) {
+    let f = selected().to_device;
+    TO_DEVICE.store(f as *mut (), Ordering::Relaxed);
+    // SAFETY: forwarded caller guarantee.
+    unsafe { f(dst, src, n) }
+}
+
+unsafe fn resolve_from_device(dst: *mut u8, src: *const u8, n: usize) {
+    let f = selected().from_device;
+    FROM_DEVICE.store(f as *mut (), Ordering::Relaxed);
+    // SAFETY: forwarded caller guarantee.
+    unsafe { f(dst, src, n) }
+}
+
+/// The routine a dispatch pointer holds.
+#[inline(always)]
+fn routine(slot: &AtomicPtr<()>) -> CopyFn {
+    // A relaxed load suffices: the pointer is either a resolver or a routine, both valid, and a
+    // routine depends on nothing the resolver wrote besides the pointer itself.
+    let f = slot.load(Ordering::Relaxed);
+    // SAFETY: the slot only ever holds `CopyFn`s (its initial resolver or a variant's routine),
+    // stored as data pointers of the same size.
+    unsafe { std::mem::transmute::<*mut (), CopyFn>(f) }
+}
+
+/// Copies shorter than this are made inline, without SIMD registers or an indirect call.
+pub const INLINE_BELOW: usize = 16;
+
+/// Copies `n` bytes from host memory at `src` to the device mapping at `dst`, then fences.
+///
+/// # Safety
+/// `dst` is valid for `n` bytes inside a live device mapping, `src` readable for `n` bytes.
+#[inline(always)]
+pub unsafe fn to_device(dst: *mut u8, src: *const u8, n: usize) {
+    if n < INLINE_BELOW {
+        // SAFETY: forwarded caller guarantee.
+        unsafe { small_to_device(dst, src, n) };
+        store_fence();
+    } else {
+        // SAFETY: forwarded caller guarantee; the routine fences.
+        unsafe { routine(&TO_DEVICE)(dst, src, n) }
+    }
+}
+
+/// Copies `n` bytes from the device mapping at `src` to host memory at `dst`, then fences.
+///
+/// # Safety
+/// `src` is valid for `n` bytes inside a live device mapping, `dst` writable for `n` bytes.
+#[inline(always)]
+pub unsafe fn from_device(dst: *mut u8, src: *const u8, n: usize) {
+    if n < INLINE_BELOW {
+        // SAFETY: forwarded caller guarantee.
+        unsafe { small_from_device(dst, src, n) };
+        load_fence();
+    } else {
+        // SAFETY: forwarded caller guarantee; the routine fences.
+        unsafe { routine(&FROM_DEVICE)(dst, src, n) }
+    }
+}
+
 /// What a CPU variant contributes: its wide accesses. `dst`/`src` of the device side are aligned
 /// to the width and `n` is a non-zero multiple of it.
 pub(crate) trait Engine {
@@ -139,6 +219,70 @@ fn small_width(addr: usize, n: usize) -> usize {
     let align = 1usize << addr.trailing_zeros().min(3);
     let fit = 1usize << (usize::BITS - 1 - n.leading_zeros()).min(3);
     align.min(fit)
+}
+
+/// Walks fewer than 16 bytes at device address `device` in naturally aligned steps: 1, 2 and 4
+/// bytes up to 8-byte alignment, one 8-byte step, then 4, 2 and 1 for what is left. `access`
+/// gets (offset, width). Cheaper than `small_width`'s loop for the sizes where every
+/// instruction counts (an aligned 1–8 byte copy is one access after three tests).
+#[inline(always)]
+fn small_ladder(device: usize, n: usize, mut access: impl FnMut(usize, usize)) {
+    let (mut off, mut left) = (0, n);
+    for width in [1, 2, 4] {
+        if (device + off) & width != 0 && left >= width {
+            access(off, width);
+            (off, left) = (off + width, left - width);
+        }
+    }
+    // Now the address is 8-aligned, or fewer bytes are left than the next step needs.
+    if left >= 8 {
+        access(off, 8);
+        (off, left) = (off + 8, left - 8);
+    }
+    for width in [4, 2, 1] {
+        if left & width != 0 {
+            access(off, width);
+            off += width;
+        }
+    }
+}
+
+/// Whether `n` bytes at `device` are one naturally aligned access: n is 1, 2, 4 or 8 and
+/// `device` a multiple of it.
+#[inline(always)]
+fn is_one_access(device: usize, n: usize) -> bool {
+    // 0 wraps to usize::MAX and fails the first test.
+    n.wrapping_sub(1) < 8 && (n | device) & n.wrapping_sub(1) == 0
+}
+
+/// A copy of fewer than 16 bytes to the device, without the fence. The commonest, one naturally
+/// aligned access of 1, 2, 4 or 8 bytes, goes straight to it.
+#[inline(always)]
+unsafe fn small_to_device(dst: *mut u8, src: *const u8, n: usize) {
+    debug_assert!(n < 16);
+    if is_one_access(dst as usize, n) {
+        // SAFETY: the caller's ranges hold `n` bytes; `dst` is aligned to `n`.
+        return unsafe { store_small(dst, src, n) };
+    }
+    small_ladder(dst as usize, n, |off, width| {
+        // SAFETY: `off + width <= n`, so both ranges are the caller's; `dst + off` is aligned
+        // to `width` by the ladder.
+        unsafe { store_small(dst.add(off), src.add(off), width) }
+    });
+}
+
+/// A copy of fewer than 16 bytes from the device, without the fence.
+#[inline(always)]
+unsafe fn small_from_device(dst: *mut u8, src: *const u8, n: usize) {
+    debug_assert!(n < 16);
+    if is_one_access(src as usize, n) {
+        // SAFETY: as in `small_to_device`, with the device side being `src`.
+        return unsafe { load_small(dst, src, n) };
+    }
+    small_ladder(src as usize, n, |off, width| {
+        // SAFETY: as in `small_to_device`, with the device side being `src`.
+        unsafe { load_small(dst.add(off), src.add(off), width) }
+    });
 }
 
 /// One aligned store of `width` bytes to the device.
@@ -173,7 +317,7 @@ unsafe fn load_small(dst: *mut u8, src: *const u8, width: usize) {
 /// Host → device: small accesses up to 16-byte alignment, single 16/32-byte steps up to the
 /// widest alignment, the bulk at the widest width, then the remainder narrowing down.
 #[inline(always)]
-pub(crate) unsafe fn to_device<E: Engine>(mut dst: *mut u8, mut src: *const u8, mut n: usize) {
+pub(crate) unsafe fn ladder_to<E: Engine>(mut dst: *mut u8, mut src: *const u8, mut n: usize) {
     // SAFETY (whole body): the caller guarantees `n` bytes are valid at both pointers; every
     // step below advances both pointers by exactly the bytes it copied, so the accesses stay
     // inside those ranges, and each wide access is made at a device address aligned to its width.
@@ -221,10 +365,10 @@ pub(crate) unsafe fn to_device<E: Engine>(mut dst: *mut u8, mut src: *const u8, 
     }
 }
 
-/// Device → host, the mirror of [`to_device`] with the device side being `src`.
+/// Device → host, the mirror of [`ladder_to`] with the device side being `src`.
 #[inline(always)]
-pub(crate) unsafe fn from_device<E: Engine>(mut dst: *mut u8, mut src: *const u8, mut n: usize) {
-    // SAFETY (whole body): as `to_device`, with alignment taken on the device side `src`.
+pub(crate) unsafe fn ladder_from<E: Engine>(mut dst: *mut u8, mut src: *const u8, mut n: usize) {
+    // SAFETY (whole body): as `ladder_to`, with alignment taken on the device side `src`.
     unsafe {
         if E::LOAD_MAX >= 16 {
             while n > 0 && (src as usize) % 16 != 0 {
@@ -269,8 +413,9 @@ pub(crate) unsafe fn from_device<E: Engine>(mut dst: *mut u8, mut src: *const u8
     }
 }
 
-/// Orders the preceding device stores before anything the caller does next (x86: `sfence`
-/// drains the write-combining buffers; arm64: `dmb oshst` covers the outer-shareable device).
+/// Orders the preceding device stores before later stores (x86: `sfence` makes the
+/// write-combining buffers' contents globally visible before any later store, SDM Vol. 2B,
+/// SFENCE; APM Vol. 2 §7.4.2; arm64: `dmb oshst` covers the outer-shareable device).
 #[inline(always)]
 pub(crate) fn store_fence() {
     #[cfg(target_arch = "x86_64")]
@@ -287,14 +432,24 @@ pub(crate) fn store_fence() {
     std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
 }
 
-/// Orders the preceding device loads before later loads. Streaming loads (`movntdqa`) from WC
-/// memory are weakly ordered and the SDM asks for `mfence` to order them.
+/// Orders the preceding device loads before everything after the copy. Loads from WC memory,
+/// plain or streaming (`movntdqa`), are weakly ordered (Intel SDM Vol. 3A, "Methods of Caching
+/// Available": WC is "weak ordering" with speculative reads; AMD APM Vol. 2 §7.4, Table 7-2). On
+/// x86 `lfence` is the cheapest fence that suffices: it does not complete until every earlier
+/// load has its data, and no later instruction starts before it completes (SDM Vol. 2A, LFENCE;
+/// APM Vol. 2 §7.4.2, Table 7-4: LFENCE between a WC load and a later load keeps their order).
+/// `sfence`, which upstream GDRCopy uses here, orders stores only (SDM Vol. 2B, SFENCE). `mfence`
+/// would also hold later loads behind *earlier stores*, which no fence placed after the copy's
+/// loads can make about the copy itself (the SDM's streaming-load section asks for it around
+/// the loads when they must be ordered against other agents' writes: a caller that writes a
+/// doorbell and then reads needs its own `mfence` in between, as with upstream).
+/// arm64: `dmb oshld` orders earlier loads before later loads and stores.
 #[inline(always)]
 pub(crate) fn load_fence() {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: mfence has no preconditions; SSE2 is part of the x86-64 baseline.
+    // SAFETY: lfence has no preconditions; SSE2 is part of the x86-64 baseline.
     unsafe {
-        std::arch::x86_64::_mm_mfence()
+        std::arch::x86_64::_mm_lfence()
     };
     #[cfg(target_arch = "aarch64")]
     // SAFETY: a barrier instruction with no operands.
@@ -321,13 +476,13 @@ impl Engine for Small {
 
 unsafe fn generic_to_device(dst: *mut u8, src: *const u8, n: usize) {
     // SAFETY: forwarded caller guarantee.
-    unsafe { to_device::<Small>(dst, src, n) };
+    unsafe { ladder_to::<Small>(dst, src, n) };
     store_fence();
 }
 
 unsafe fn generic_from_device(dst: *mut u8, src: *const u8, n: usize) {
     // SAFETY: forwarded caller guarantee.
-    unsafe { from_device::<Small>(dst, src, n) };
+    unsafe { ladder_from::<Small>(dst, src, n) };
     load_fence();
 }
 

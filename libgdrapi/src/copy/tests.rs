@@ -44,6 +44,26 @@ fn check(
     src: &mut Arena,
     dst: &mut Arena,
 ) {
+    let copy = if to_device {
+        variant.to_device
+    } else {
+        variant.from_device
+    };
+    check_with(copy, variant.name, to_device, n, src_mis, dst_mis, src, dst);
+}
+
+/// `check` for any copy function.
+#[allow(clippy::too_many_arguments)]
+fn check_with(
+    copy: super::CopyFn,
+    name: &str,
+    to_device: bool,
+    n: usize,
+    src_mis: usize,
+    dst_mis: usize,
+    src: &mut Arena,
+    dst: &mut Arena,
+) {
     let data = pattern(n + src_mis, n);
     let sp = src.ptr_at(src_mis);
     let dp = dst.ptr_at(dst_mis);
@@ -51,17 +71,12 @@ fn check(
     unsafe {
         std::ptr::copy_nonoverlapping(data.as_ptr(), sp, n);
         std::ptr::write_bytes(dp.sub(GUARD), GUARD_BYTE, n + 2 * GUARD);
-        let copy = if to_device {
-            variant.to_device
-        } else {
-            variant.from_device
-        };
         copy(dp, sp, n);
         let got = std::slice::from_raw_parts(dp.sub(GUARD), n + 2 * GUARD);
         let ctx = || {
             format!(
                 "{} {} n={n} src+{src_mis} dst+{dst_mis}",
-                variant.name,
+                name,
                 if to_device { "to" } else { "from" }
             )
         };
@@ -143,6 +158,38 @@ fn large_sizes_up_to_16_mib() {
                     &mut dst,
                 );
             }
+        }
+    }
+}
+
+/// The entry points the library uses: copies below `INLINE_BELOW` inline, larger ones through
+/// the selected variant.
+#[test]
+fn entry_points_at_every_misalignment_pair() {
+    let mut src = Arena::new(256);
+    let mut dst = Arena::new(256);
+    for (to_device, copy) in [
+        (true, super::to_device as super::CopyFn),
+        (false, super::from_device as super::CopyFn),
+    ] {
+        for n in 0..=80 {
+            for src_mis in 0..64 {
+                for dst_mis in 0..64 {
+                    check_with(
+                        copy, "entry", to_device, n, src_mis, dst_mis, &mut src, &mut dst,
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn one_access_is_exactly_the_aligned_powers_of_two() {
+    for addr in 0..64usize {
+        for n in 0..20usize {
+            let expected = matches!(n, 1 | 2 | 4 | 8) && addr % n == 0;
+            assert_eq!(super::is_one_access(addr, n), expected, "addr {addr} n {n}");
         }
     }
 }
