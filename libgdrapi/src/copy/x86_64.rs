@@ -17,9 +17,10 @@ use super::{ladder_from, ladder_to, load_fence, store_fence, Engine, Variant};
 ///   Stores and loads are chosen independently, as upstream GDRCopy does (MOVDIR64B has no load).
 /// - AVX-512 only when `GDRCOPY_COPY_VARIANT=avx512` asks for it, on every vendor. A
 ///   write-combining line is 64 bytes either way, so 64-byte accesses put the same transactions
-///   on PCIe as two 32-byte ones; they only save instructions. Against that: Zen 4 carries out
-///   512-bit operations as two 256-bit halves (AMD's Software Optimization Guide for Family 19h,
-///   pub. 57647), Skylake-SP to Cooper Lake lower the core clock while 512-bit instructions run
+///   on PCIe as two 32-byte ones; they only save instructions. Against that: Zen 4 runs 512-bit
+///   operations on its 256-bit data paths (AMD's Software Optimization Guide for Family 19h,
+///   pub. 57647, "Floating-Point Unit" and "Load-Store Unit": 256-bit paths, one vector store
+///   per cycle), Skylake-SP to Cooper Lake lower the core clock while 512-bit instructions run
 ///   (Intel's Optimization Reference Manual, "Skylake Server Power Management"), and upstream
 ///   GDRCopy disabled its AVX-512 path after finding SSE4.1 faster on many Intel CPUs.
 pub static VARIANTS: &[Variant] = &[
