@@ -41,6 +41,10 @@ pub struct Args {
     /// Only the host microbenchmarks of the copy routines (ordinary memory, no VM).
     #[arg(long, conflicts_with_all = ["quick", "replot"])]
     host_only: bool,
+    /// Also time the public copy calls of another gdrapi library (e.g. upstream GDRCopy's
+    /// libgdrapi.so.2, which opens /dev/gdrdrv), interleaved with ours in one process.
+    #[arg(long, value_name = "LIB")]
+    compare_with: Option<PathBuf>,
 }
 
 /// The three tools' arguments for one kind of run (`--json` is added).
@@ -100,7 +104,7 @@ pub fn run(args: Args) -> Result<()> {
         return Ok(());
     }
     if args.host_only {
-        return host_bench(&sh, &out);
+        return host_bench(&sh, &out, args.compare_with.as_deref());
     }
     let t = Instant::now();
     let reports = run_in_vm(&sh, profile, &out)?;
@@ -132,14 +136,15 @@ pub fn run(args: Args) -> Result<()> {
         eprintln!("    {}", svg.display());
     }
     if !args.quick {
-        host_bench(&sh, &out)?;
+        host_bench(&sh, &out, args.compare_with.as_deref())?;
     }
     Ok(())
 }
 
-fn host_bench(sh: &Shell, out: &Path) -> Result<()> {
+fn host_bench(sh: &Shell, out: &Path, compare_with: Option<&Path>) -> Result<()> {
     let t = Instant::now();
-    let files = crate::hostbench::run(sh, out)?;
+    let mut files = crate::hostbench::run(sh, out)?;
+    files.extend(crate::hostbench::public_calls(sh, out, compare_with)?);
     eprintln!(
         "xtask: host copy microbenchmarks (ordinary memory, not a device mapping) done in {:.0} s",
         t.elapsed().as_secs_f64()

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use serde::Serialize;
 use xshell::{cmd, Shell};
 
@@ -133,7 +133,7 @@ fn parse(text: &str) -> Result<Vec<HostCopy>> {
 }
 
 /// The CPU model, for the report and the plots' titles.
-fn cpu_name() -> String {
+pub fn cpu_name() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|c| {
@@ -144,4 +144,139 @@ fn cpu_name() -> String {
             })
         })
         .unwrap_or_else(|| "unknown CPU".into())
+}
+
+/// Sizes of the public-call timings.
+const CALL_SIZES: [usize; 7] = [1, 8, 64, 256, 4096, 65536, 1 << 20];
+
+/// One public-call timing: ns per `gdr_copy_*_mapping` call, median of 31 interleaved rounds.
+#[derive(Serialize)]
+struct CallTime {
+    library: String,
+    /// `to` (host → "device") or `from`.
+    direction: String,
+    size_bytes: u64,
+    median_ns: f64,
+    min_ns: f64,
+}
+
+#[derive(Serialize)]
+struct CallReport {
+    /// Always "ordinary memory": the device node is a test double, the "BAR" anonymous memory.
+    memory: &'static str,
+    cpu: String,
+    /// The copy variant our library chose (its default on this CPU).
+    variant: String,
+    results: Vec<CallTime>,
+}
+
+/// Times the public copy calls as an application makes them (the copy harness, through a
+/// mapping handle), for our library with its default variant and, when given, another gdrapi
+/// library interleaved with it. Prints a table; writes `host-calls.json`.
+pub fn public_calls(sh: &Shell, out: &Path, compare_with: Option<&Path>) -> Result<Vec<PathBuf>> {
+    let tools = crate::copycount::build(sh)?;
+    let mut libraries = vec![tools.library.clone()];
+    if let Some(other) = compare_with {
+        ensure!(other.is_file(), "{} does not exist", other.display());
+        libraries.push(other.to_path_buf());
+    }
+    let input: String = ["to", "from"]
+        .iter()
+        .flat_map(|dir| CALL_SIZES.iter().map(move |s| format!("{dir} {s} 0 0\n")))
+        .collect();
+    let harness = &tools.harness;
+    let preload = &tools.preload;
+    let args = libraries.clone();
+    let text = cmd!(sh, "{harness} time {args...}")
+        .env("LD_PRELOAD", preload)
+        .env_remove(gdrapi::copy::VARIANT_ENV)
+        .stdin(input)
+        .read()
+        .context("running the copy harness")?;
+    let names: Vec<String> = libraries
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            if i == 0 {
+                "libgdrapi (this tree)".to_string()
+            } else {
+                l.display().to_string()
+            }
+        })
+        .collect();
+    let mut results = Vec::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let [lib, dir, size, _, _, median, min] = f.as_slice() else {
+            bail!("unexpected harness line: {line}");
+        };
+        let lib: usize = lib.parse()?;
+        results.push(CallTime {
+            library: names
+                .get(lib)
+                .context("harness named an unknown library")?
+                .clone(),
+            direction: dir.to_string(),
+            size_bytes: size.parse()?,
+            median_ns: median.parse()?,
+            min_ns: min.parse()?,
+        });
+    }
+    let report = CallReport {
+        memory: "ordinary memory",
+        cpu: cpu_name(),
+        variant: gdrapi::copy::default_variant().name.to_string(),
+        results,
+    };
+    print!("{}", render_calls(&report, &names));
+    let path = out.join("host-calls.json");
+    std::fs::create_dir_all(out)?;
+    std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+    Ok(vec![path])
+}
+
+fn render_calls(report: &CallReport, names: &[String]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "public copy calls, median ns per call (ordinary memory; {}; our variant {}):",
+        report.cpu, report.variant
+    );
+    for (i, name) in names.iter().enumerate() {
+        let _ = writeln!(out, "  [{i}] {name}");
+    }
+    let _ = write!(out, "{:>8} {:>5}", "size", "dir");
+    for i in 0..names.len() {
+        let _ = write!(out, " {:>10}", format!("[{i}] ns"));
+    }
+    if names.len() == 2 {
+        let _ = write!(out, " {:>7}", "[0]/[1]");
+    }
+    let _ = writeln!(out);
+    for dir in ["to", "from"] {
+        for size in CALL_SIZES {
+            let cells: Vec<f64> = names
+                .iter()
+                .filter_map(|n| {
+                    report
+                        .results
+                        .iter()
+                        .find(|r| {
+                            &r.library == n && r.direction == dir && r.size_bytes == size as u64
+                        })
+                        .map(|r| r.median_ns)
+                })
+                .collect();
+            let _ = write!(out, "{:>8} {:>5}", crate::copycount::size_label(size), dir);
+            for c in &cells {
+                let _ = write!(out, " {c:>10.1}");
+            }
+            if let [ours, theirs] = cells.as_slice() {
+                let _ = write!(out, " {:>7.2}", ours / theirs);
+            }
+            let _ = writeln!(out);
+        }
+    }
+    out
 }

@@ -58,8 +58,8 @@ pub fn run(args: Args) -> Result<()> {
             Box::new(crate::fuzz::libfuzzer_step),
         ),
         (
-            "copy variants: instructions and device accesses (valgrind)",
-            Box::new(|_: &Shell| crate::copycount::run()),
+            "copy calls: instructions per call within the ceilings, every device access checked",
+            Box::new(|_: &Shell| crate::copycount::run(crate::copycount::Args::default())),
         ),
     ];
     if !args.no_cross {

@@ -52,8 +52,11 @@ const OVERVIEW: &str = r#"/*
  *    gdr_t (it frees the child's copy without touching the parent's pins) and gdr_open for its
  *    own; nothing else.
  *  - Copies touch device memory only with naturally aligned 1-64 byte accesses and end with a
- *    fence (store fence after writes, full fence after streaming reads). They give no ordering
- *    guarantee towards GPU work already running. GDRCOPY_COPY_VARIANT forces a CPU variant.
+ *    fence: after writes a store fence (x86 sfence), after reads a load fence (x86 lfence:
+ *    every read is complete before anything later starts). Neither orders earlier writes
+ *    before later reads: write a doorbell, then read, with a full fence (mfence) between, as
+ *    with upstream. They give no ordering guarantee towards GPU work already running.
+ *    GDRCOPY_COPY_VARIANT forces a CPU variant.
  *  - Logging: GDRCOPY_ENABLE_LOGGING (set = on) and GDRCOPY_LOG_LEVEL (1 debug .. 4 error).
  *
  * Two backends, chosen by gdr_open: the mtgdrdrv module when /dev/mtgdrdrv can be opened, else
