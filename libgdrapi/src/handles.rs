@@ -604,4 +604,71 @@ mod tests {
         assert!(mapping_contains(h, 0x20_0000, 1), "the parent still does");
         release(h);
     }
+
+    /// Runs `body` in a forked child (single-threaded, its own copy of the statics) and
+    /// asserts it exits with 0. `body` must take no lock another test thread may have held at
+    /// the fork (so no `allocate`/`release`).
+    fn in_child(body: impl FnOnce() -> bool) {
+        // SAFETY: the child only runs `body` (atomics, thread-locals, thread creation) and
+        // leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork");
+        if pid == 0 {
+            let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(false);
+            // SAFETY: leaving the forked child at once.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert_eq!(status, 0, "the child's checks failed");
+    }
+
+    /// Without membarrier a thread's hazard is never installed for the fence-less path: every
+    /// copy goes through `enter_cold`, which fences, and still sees mappings come and go.
+    #[test]
+    fn without_membarrier_copies_take_the_fenced_path() {
+        init();
+        let h = allocate().expect("slot");
+        in_child(|| {
+            // (The fork handler unmapped everything: map in the child.)
+            set_mapped(h, 0x30_0000, 0x1000);
+            FENCED.store(true, Ordering::Relaxed);
+            current::set(None);
+            let mut ran = 0;
+            let inside = with_mapping(h, 0x30_0800, 8, || ran += 1);
+            let installed = current::get().is_some();
+            set_unmapped(h);
+            let after = with_mapping(h, 0x30_0800, 8, || ran += 1);
+            inside && !after && ran == 1 && !installed && current::get().is_none()
+        });
+        release(h);
+    }
+
+    /// A thread's hazard goes back when the thread exits, and the thread-local pointer with it.
+    #[test]
+    fn an_exiting_thread_gives_its_hazard_back() {
+        init();
+        let h = allocate().expect("slot");
+        in_child(|| {
+            set_mapped(h, 0x40_0000, 0x1000);
+            let taken = || {
+                HAZARDS
+                    .iter()
+                    .filter(|h| h.taken.load(Ordering::SeqCst))
+                    .count()
+            };
+            let before = taken();
+            let during = std::thread::spawn(move || {
+                let copied = with_mapping(h, 0x40_0000, 1, || ());
+                (copied, current::get().is_some(), taken())
+            })
+            .join();
+            let Ok((copied, installed, during)) = during else {
+                return false;
+            };
+            copied && installed && during == before + 1 && taken() == before
+        });
+        release(h);
+    }
 }
