@@ -232,7 +232,46 @@ pub fn public_calls(sh: &Shell, out: &Path, compare_with: Option<&Path>) -> Resu
     let path = out.join("host-calls.json");
     std::fs::create_dir_all(out)?;
     std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
-    Ok(vec![path])
+    let mut series = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        for (dir, dashed) in [("to", false), ("from", true)] {
+            let short = if i == 0 {
+                "this tree".to_string()
+            } else {
+                libraries[i]
+                    .file_name()
+                    .map_or_else(|| name.clone(), |f| f.to_string_lossy().into_owned())
+            };
+            series.push(Series {
+                label: format!("{short} {dir}"),
+                points: report
+                    .results
+                    .iter()
+                    .filter(|r| &r.library == name && r.direction == dir)
+                    .map(|r| {
+                        (
+                            (r.size_bytes as f64).log2(),
+                            r.size_bytes as f64 / r.median_ns / 1.073_741_824,
+                        )
+                    })
+                    .collect(),
+                // One colour per library; reads dashed.
+                color: COLORS[i % COLORS.len()],
+                dashed,
+            });
+        }
+    }
+    let svg = out.join("host-calls.svg");
+    line_chart(
+        &svg,
+        &format!(
+            "gdr_copy_{{to,from}}_mapping calls on ordinary memory, {}",
+            report.cpu
+        ),
+        "GiB/s (size / median time per call)",
+        &series,
+    )?;
+    Ok(vec![path, svg])
 }
 
 fn render_calls(report: &CallReport, names: &[String]) -> String {
