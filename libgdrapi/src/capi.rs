@@ -519,57 +519,8 @@ pub unsafe extern "C" fn gdr_copy_to_mapping(
     h_ptr: *const c_void,
     size: usize,
 ) -> c_int {
-    if size == 0 {
-        return 0;
-    }
-    if h_ptr.is_null() {
-        return Errno::EINVAL as c_int;
-    }
-    let _copying = match handles::enter(handle.key(), map_d_ptr as usize, size) {
-        handles::Entry::Inside(copying) => copying,
-        handles::Entry::Outside => return Errno::EINVAL as c_int,
-        // SAFETY: forwarded caller guarantee.
-        handles::Entry::NoHazard => return unsafe { copy_to_cold(handle, map_d_ptr, h_ptr, size) },
-    };
-    if size >= copy::INLINE_BELOW {
-        // SAFETY: forwarded caller guarantee; `_copying` moves along.
-        return unsafe { to_mapping_large(_copying, map_d_ptr, h_ptr, size) };
-    }
-    // SAFETY: the device range is inside a live mapping that stays mapped while `_copying`
-    // lives (checked and announced by `enter`); the host range is the caller's guarantee.
-    unsafe { copy::to_device(map_d_ptr.cast(), h_ptr.cast(), size) };
-    0
-}
-
-/// Copies of `copy::INLINE_BELOW` bytes or more call the variant's routine: out of line (a
-/// tail call), so that small copies need no registers saved around that call.
-#[inline(never)]
-unsafe extern "C" fn to_mapping_large(
-    _copying: handles::Copying,
-    map_d_ptr: *mut c_void,
-    h_ptr: *const c_void,
-    size: usize,
-) -> c_int {
-    // SAFETY: as in `gdr_copy_to_mapping`.
-    unsafe { copy::to_device(map_d_ptr.cast(), h_ptr.cast(), size) };
-    0
-}
-
-/// A thread's first copy: out of line, so that the common path saves no registers.
-#[cold]
-#[inline(never)]
-unsafe extern "C" fn copy_to_cold(
-    handle: gdr_mh_t,
-    map_d_ptr: *mut c_void,
-    h_ptr: *const c_void,
-    size: usize,
-) -> c_int {
-    let Some(_copying) = handles::enter_cold(handle.key(), map_d_ptr as usize, size) else {
-        return Errno::EINVAL as c_int;
-    };
-    // SAFETY: as in `gdr_copy_to_mapping`.
-    unsafe { copy::to_device(map_d_ptr.cast(), h_ptr.cast(), size) };
-    0
+    // SAFETY: forwarded caller guarantee; the host side is only read on this path.
+    unsafe { checked_copy::<ToDevice>(handle, map_d_ptr, h_ptr.cast_mut(), size) }
 }
 
 /// Device → host. `map_d_ptr .. + size` must lie inside the live mapping of `handle`, else
@@ -584,56 +535,118 @@ pub unsafe extern "C" fn gdr_copy_from_mapping(
     map_d_ptr: *const c_void,
     size: usize,
 ) -> c_int {
+    // SAFETY: forwarded caller guarantee; the device side is only read on this path.
+    unsafe { checked_copy::<FromDevice>(handle, h_ptr, map_d_ptr.cast_mut(), size) }
+}
+
+/// Which way a copy goes. Both entry points take the destination before the source, so the
+/// pointers pass through in the registers they arrived in; the device side is the mapping.
+trait Direction {
+    fn device(dst: *mut c_void, src: *mut c_void) -> *mut c_void;
+    fn host(dst: *mut c_void, src: *mut c_void) -> *mut c_void;
+    /// # Safety
+    /// The device side lies inside a live mapping for `n` bytes; the host side is valid for `n`.
+    unsafe fn copy(dst: *mut c_void, src: *mut c_void, n: usize);
+}
+
+struct ToDevice;
+struct FromDevice;
+
+impl Direction for ToDevice {
+    #[inline(always)]
+    fn device(dst: *mut c_void, _: *mut c_void) -> *mut c_void {
+        dst
+    }
+    #[inline(always)]
+    fn host(_: *mut c_void, src: *mut c_void) -> *mut c_void {
+        src
+    }
+    #[inline(always)]
+    unsafe fn copy(dst: *mut c_void, src: *mut c_void, n: usize) {
+        // SAFETY: forwarded caller guarantee.
+        unsafe { copy::to_device(dst.cast(), src.cast(), n) }
+    }
+}
+
+impl Direction for FromDevice {
+    #[inline(always)]
+    fn device(_: *mut c_void, src: *mut c_void) -> *mut c_void {
+        src
+    }
+    #[inline(always)]
+    fn host(dst: *mut c_void, _: *mut c_void) -> *mut c_void {
+        dst
+    }
+    #[inline(always)]
+    unsafe fn copy(dst: *mut c_void, src: *mut c_void, n: usize) {
+        // SAFETY: forwarded caller guarantee.
+        unsafe { copy::from_device(dst.cast(), src.cast(), n) }
+    }
+}
+
+/// Both entry points: 0 after the copy, or `EINVAL` without touching anything. The common path
+/// calls nothing but tail calls, so it saves no registers.
+#[inline(always)]
+unsafe fn checked_copy<D: Direction>(
+    handle: gdr_mh_t,
+    dst: *mut c_void,
+    src: *mut c_void,
+    size: usize,
+) -> c_int {
     if size == 0 {
         return 0;
     }
-    if h_ptr.is_null() {
+    if D::host(dst, src).is_null() {
         return Errno::EINVAL as c_int;
     }
-    let _copying = match handles::enter(handle.key(), map_d_ptr as usize, size) {
+    let device = D::device(dst, src) as usize;
+    let copying = match handles::enter(handle.key(), device, size) {
         handles::Entry::Inside(copying) => copying,
         handles::Entry::Outside => return Errno::EINVAL as c_int,
         // SAFETY: forwarded caller guarantee.
-        handles::Entry::NoHazard => {
-            return unsafe { copy_from_cold(handle, h_ptr, map_d_ptr, size) }
-        }
+        handles::Entry::NoHazard => return unsafe { copy_cold::<D>(handle, dst, src, size) },
     };
     if size >= copy::INLINE_BELOW {
-        // SAFETY: forwarded caller guarantee; `_copying` moves along.
-        return unsafe { from_mapping_large(_copying, h_ptr, map_d_ptr, size) };
+        // SAFETY: forwarded caller guarantee; `copying` moves along.
+        return unsafe { copy_large::<D>(copying, dst, src, size) };
     }
-    // SAFETY: as in `gdr_copy_to_mapping`, with the roles swapped.
-    unsafe { copy::from_device(h_ptr.cast(), map_d_ptr.cast(), size) };
+    // SAFETY: the device range is inside a live mapping that stays mapped while `copying`
+    // lives (checked and announced by `enter`); the host range is the caller's guarantee.
+    unsafe { D::copy(dst, src, size) };
+    drop(copying);
     0
 }
 
-/// As `to_mapping_large`.
+/// Copies of `copy::INLINE_BELOW` bytes or more call the variant's routine: out of line, so that
+/// small copies need no registers saved around that call.
 #[inline(never)]
-unsafe extern "C" fn from_mapping_large(
+unsafe extern "C" fn copy_large<D: Direction>(
     _copying: handles::Copying,
-    h_ptr: *mut c_void,
-    map_d_ptr: *const c_void,
+    dst: *mut c_void,
+    src: *mut c_void,
     size: usize,
 ) -> c_int {
-    // SAFETY: as in `gdr_copy_to_mapping`, with the roles swapped.
-    unsafe { copy::from_device(h_ptr.cast(), map_d_ptr.cast(), size) };
+    // SAFETY: as in `checked_copy`.
+    unsafe { D::copy(dst, src, size) };
     0
 }
 
-/// As `copy_to_cold`.
+/// A thread's first copy (it takes the thread a hazard), and every copy where membarrier is
+/// missing: out of line.
 #[cold]
 #[inline(never)]
-unsafe extern "C" fn copy_from_cold(
+unsafe extern "C" fn copy_cold<D: Direction>(
     handle: gdr_mh_t,
-    h_ptr: *mut c_void,
-    map_d_ptr: *const c_void,
+    dst: *mut c_void,
+    src: *mut c_void,
     size: usize,
 ) -> c_int {
-    let Some(_copying) = handles::enter_cold(handle.key(), map_d_ptr as usize, size) else {
+    let device = D::device(dst, src) as usize;
+    let Some(_copying) = handles::enter_cold(handle.key(), device, size) else {
         return Errno::EINVAL as c_int;
     };
-    // SAFETY: as in `gdr_copy_to_mapping`, with the roles swapped.
-    unsafe { copy::from_device(h_ptr.cast(), map_d_ptr.cast(), size) };
+    // SAFETY: as in `checked_copy`.
+    unsafe { D::copy(dst, src, size) };
     0
 }
 
