@@ -70,17 +70,23 @@ static struct node *find_node(int fd)
 	return NULL;
 }
 
-#define OPEN_WRAPPER(name, ...)                                                  \
-	int name(const char *path, int flags, ...)                               \
-	{                                                                        \
-		static int (*real)(const char *, int, ...);                      \
-		mode_t mode = 0;                                                 \
-		if (flags & O_CREAT) {                                           \
+/* The mode argument, present when the flags create a file. */
+#define TAKE_MODE(flags, mode)                                                   \
+	do {                                                                     \
+		if (((flags) & O_CREAT) || ((flags) & O_TMPFILE) == O_TMPFILE) { \
 			va_list ap;                                              \
 			va_start(ap, flags);                                     \
 			mode = va_arg(ap, mode_t);                               \
 			va_end(ap);                                              \
 		}                                                                \
+	} while (0)
+
+#define OPEN_WRAPPER(name)                                                       \
+	int name(const char *path, int flags, ...)                               \
+	{                                                                        \
+		static int (*real)(const char *, int, ...);                      \
+		mode_t mode = 0;                                                 \
+		TAKE_MODE(flags, mode);                                          \
 		if (node_kind(path))                                             \
 			return open_node(node_kind(path));                       \
 		if (!real)                                                       \
@@ -96,12 +102,7 @@ OPEN_WRAPPER(open64)
 	{                                                                        \
 		static int (*real)(int, const char *, int, ...);                 \
 		mode_t mode = 0;                                                 \
-		if (flags & O_CREAT) {                                           \
-			va_list ap;                                              \
-			va_start(ap, flags);                                     \
-			mode = va_arg(ap, mode_t);                               \
-			va_end(ap);                                              \
-		}                                                                \
+		TAKE_MODE(flags, mode);                                          \
 		if (node_kind(path))                                             \
 			return open_node(node_kind(path));                       \
 		if (!real)                                                       \

@@ -218,6 +218,7 @@ bulk!(
     reg = "x"
 );
 bulk!(
+    /// 16-byte non-temporal stores, VEX-encoded.
     vex_store16,
     "vmovdqu",
     "vmovntdq",
@@ -227,6 +228,7 @@ bulk!(
     reg = "x"
 );
 bulk!(
+    /// 16-byte streaming loads, VEX-encoded.
     vex_load16,
     "vmovntdqa",
     "vmovdqu",
@@ -245,10 +247,9 @@ bulk!(
     avx2_load32, "vmovntdqa", "vmovdqu", width = 32, offsets = [32, 64, 96], block = 128,
     reg = "y"
 );
-// The AVX-512 accesses are assembly like the rest: `_mm512_*` intrinsics and
+// The AVX-512 accesses are assembly like the rest (`_mm512_*` intrinsics and
 // `#[target_feature(enable = "avx512f")]` are stable only from Rust 1.89, and the library builds
-// with Debian's rustc 1.85. The entry point also uses ymm registers (the 32-byte steps), so the
-// compiler ends it with `vzeroupper`, which clears the upper state these dirty.
+// with Debian's rustc 1.85); the entry point ends with `vzeroupper` (`zero_upper`).
 bulk!(
     /// 64-byte non-temporal stores (AVX-512F).
     avx512_store64, "vmovdqu64", "vmovntdq", width = 64, offsets = [64, 128, 192], block = 256,
