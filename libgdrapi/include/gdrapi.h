@@ -152,11 +152,6 @@ typedef gdr_info_v2_t gdr_info_t;
 #define GPU_PAGE_MASK ~GPU_PAGE_OFFSET
 
 /**
- * Copies shorter than this are made inline, without SIMD registers or an indirect call.
- */
-#define INLINE_BELOW 16
-
-/**
  * CUDA's `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`. MUSA's value is not public; its other device
  * attributes and error codes mirror CUDA's (docs/musa-abi.md). Unverified on hardware.
  */

@@ -31,9 +31,9 @@ pub const SIZES: [usize; 9] = [1, 2, 4, 8, 16, 64, 256, 4096, 65536];
 /// A routine whose widest access is W bytes walks a ladder: a head of small, 16- and 32-byte
 /// steps up to W alignment (h < W bytes, set by the misalignment), W-byte accesses, then a tail
 /// narrowing down (less than W bytes). At every device misalignment, every size from
-/// `INLINE_BELOW` to h + 2W covers each head cut short, no or one W-byte access with every tail,
+/// `gdrapi::copy::inline_below()` to h + 2W covers each head cut short, no or one W-byte access with every tail,
 /// and two: every path through the ladder (the tail's code does not depend on the number of
-/// W-byte accesses before it). Sizes below `INLINE_BELOW`, which no routine sees,
+/// W-byte accesses before it). Sizes below `gdrapi::copy::inline_below()`, which no routine sees,
 /// are checked once, at every misalignment too.
 ///
 /// A larger size at misalignments that start each rung, for the four-at-a-time bulk loops
@@ -170,7 +170,7 @@ fn table_cases() -> Vec<Case> {
 
 /// The calls that reach only the entry points' inline code.
 fn inline_cases(to_device: bool) -> Vec<Case> {
-    (1..gdrapi::copy::INLINE_BELOW)
+    (1..gdrapi::copy::inline_below())
         .flat_map(|size| (0..64).map(move |m| case(to_device, size, m)))
         .collect()
 }
@@ -180,7 +180,7 @@ fn routine_cases(to_device: bool, width: usize) -> Vec<Case> {
     let mut cases: Vec<Case> = (0..64)
         .flat_map(|m| {
             let head = (width - m % width) % width;
-            (gdrapi::copy::INLINE_BELOW..=head + 2 * width)
+            (gdrapi::copy::inline_below()..=head + 2 * width)
                 .map(move |size| case(to_device, size, m))
         })
         .collect();
@@ -229,7 +229,7 @@ struct Job {
 }
 
 /// The jobs: every variant's table, and the access cases of each routine once. Variants share
-/// routines (`movdir64b` reads with `avx2`'s), and copies below `INLINE_BELOW` bytes never reach
+/// routines (`movdir64b` reads with `avx2`'s), and copies below `gdrapi::copy::inline_below()` bytes never reach
 /// a routine (the entry points make them inline, the same code whatever the variant).
 fn jobs(args: &Args) -> Result<Vec<Job>> {
     for name in &args.variants {
@@ -513,7 +513,7 @@ mod tests {
             for misalignment in 0..64 {
                 // The head to W alignment, then up to two W-byte accesses.
                 let head = (width - misalignment % width) % width;
-                for size in gdrapi::copy::INLINE_BELOW..=head + 2 * width {
+                for size in gdrapi::copy::inline_below()..=head + 2 * width {
                     assert!(
                         cases.contains(&case(true, size, misalignment)),
                         "{size} {misalignment}"

@@ -165,7 +165,13 @@ fn routine(slot: &AtomicPtr<()>) -> CopyFn {
 }
 
 /// Copies shorter than this are made inline, without SIMD registers or an indirect call.
-pub const INLINE_BELOW: usize = 16;
+pub(crate) const INLINE_BELOW: usize = 16;
+
+/// [`INLINE_BELOW`], for the tools that measure the copies (a function, so that the C header
+/// generator, which exports public constants, leaves it out of gdrapi.h).
+pub fn inline_below() -> usize {
+    INLINE_BELOW
+}
 
 /// Copies `n` bytes from host memory at `src` to the device mapping at `dst`, then fences.
 ///
