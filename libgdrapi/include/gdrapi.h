@@ -77,9 +77,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define GPU_PAGE_SHIFT   16
+#define GPU_PAGE_SIZE    (1UL << GPU_PAGE_SHIFT)
+#define GPU_PAGE_OFFSET  (GPU_PAGE_SIZE - 1)
+#define GPU_PAGE_MASK    (~GPU_PAGE_OFFSET)
+
+#define MAJOR_VERSION_SHIFT 16
+#define MINOR_VERSION_MASK  (((uint32_t)1 << MAJOR_VERSION_SHIFT) - 1)
+
 struct gdr;
 /* An open device; safe to use from several threads at once. */
 typedef struct gdr *gdr_t;
+
+/* A pinned-buffer handle, passed by value. 0 is never a valid handle. */
+typedef struct gdr_mh_s {
+    unsigned long h;
+} gdr_mh_t;
 
 typedef enum gdr_pin_flags {
     GDR_PIN_FLAG_DEFAULT = 0,
@@ -135,39 +148,9 @@ typedef gdr_info_v2_t gdr_info_t;
 
 #define MINIMUM_GDRDRV_MINOR_VERSION 1
 
-#define GPU_PAGE_SHIFT 16
-
-#define GPU_PAGE_SIZE (1 << GPU_PAGE_SHIFT)
-
-#define MAJOR_VERSION_SHIFT 16
-
-#define MINOR_VERSION_MASK 65535
-
 #define GDR_API_VERSION ((GDR_API_MAJOR_VERSION << MAJOR_VERSION_SHIFT) | GDR_API_MINOR_VERSION)
 
 #define MINIMUM_GDRDRV_VERSION ((MINIMUM_GDRDRV_MAJOR_VERSION << MAJOR_VERSION_SHIFT) | MINIMUM_GDRDRV_MINOR_VERSION)
-
-#define GPU_PAGE_OFFSET (GPU_PAGE_SIZE - 1)
-
-#define GPU_PAGE_MASK ~GPU_PAGE_OFFSET
-
-/**
- * CUDA's `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`. MUSA's value is not public; its other device
- * attributes and error codes mirror CUDA's (docs/musa-abi.md). Unverified on hardware.
- */
-#define MU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 124
-
-/**
- * CUDA's `CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD`, likewise.
- */
-#define MU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD 1
-
-/**
- * A pinned-buffer handle, passed by value. 0 is never a valid handle.
- */
-typedef struct {
-  unsigned long h;
-} gdr_mh_t;
 
 #ifdef __cplusplus
 extern "C" {

@@ -56,9 +56,9 @@ type MUcontext = *mut c_void;
 
 /// CUDA's `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`. MUSA's value is not public; its other device
 /// attributes and error codes mirror CUDA's (docs/musa-abi.md). Unverified on hardware.
-pub const MU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED: c_int = 124;
+pub(crate) const MU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED: c_int = 124;
 /// CUDA's `CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD`, likewise.
-pub const MU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD: c_int = 1;
+pub(crate) const MU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD: c_int = 1;
 
 /// The library names tried, in order, through the dynamic loader (LD_LIBRARY_PATH applies).
 const LIBRARY_NAMES: [&str; 2] = ["libmusa.so.1", "libmusa.so"];

@@ -74,6 +74,24 @@ static void check_bitfields(void)
 	CHECK(word == 2);
 }
 
+/* Code written against upstream's gdrapi.h: the handle's struct tag, and the GPU page
+ * constants as unsigned long (printed with %lu, masked with unsigned long addresses). */
+static void check_upstream_style(void)
+{
+	struct gdr_mh_s mh;
+	char text[64];
+	unsigned long addr = 0x12345UL;
+	unsigned long aligned = (addr + GPU_PAGE_OFFSET) & GPU_PAGE_MASK;
+	uint32_t version = (1u << MAJOR_VERSION_SHIFT) | 5u;
+
+	mh.h = 0;
+	snprintf(text, sizeof(text), "%lu %lu %lu %lu", GPU_PAGE_SIZE, GPU_PAGE_OFFSET, aligned,
+		 mh.h);
+	CHECK(strcmp(text, "65536 65535 131072 0") == 0);
+	CHECK((version & MINOR_VERSION_MASK) == 5u);
+	CHECK((version >> MAJOR_VERSION_SHIFT) == 1u);
+}
+
 /* Every entry point, called with arguments that need no device. */
 static void check_calls(void)
 {
@@ -121,6 +139,7 @@ static void check_calls(void)
 int main(void)
 {
 	check_bitfields();
+	check_upstream_style();
 	check_calls();
 	if (failures) {
 		fprintf(stderr, "%d check(s) failed\n", failures);

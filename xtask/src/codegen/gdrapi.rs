@@ -112,6 +112,14 @@ pub fn header(root: &Path) -> Result<String> {
         "gdr_info_v2",
         "gdr_info_v1",
         "gdr_get_info",
+        // Written by `types()` as upstream's header has them.
+        "gdr_mh_t",
+        "GPU_PAGE_SHIFT",
+        "GPU_PAGE_SIZE",
+        "GPU_PAGE_OFFSET",
+        "GPU_PAGE_MASK",
+        "MAJOR_VERSION_SHIFT",
+        "MINOR_VERSION_MASK",
         // Rust-only items that cbindgen sees while walking the crate.
         "PinFlags",
     ]
@@ -130,9 +138,26 @@ pub fn header(root: &Path) -> Result<String> {
     )
 }
 
-/// Types cbindgen cannot write as upstream declares them.
+/// Types and constants cbindgen cannot write as upstream declares them: code written against
+/// upstream's header names `struct gdr_mh_s` and prints `GPU_PAGE_SIZE` with `%lu`.
 fn types() -> Result<String> {
-    let mut out = String::from("\nstruct gdr;\n/* An open device; safe to use from several threads at once. */\ntypedef struct gdr *gdr_t;\n");
+    use gdrapi::capi::{GPU_PAGE_SHIFT, GPU_PAGE_SIZE, MAJOR_VERSION_SHIFT, MINOR_VERSION_MASK};
+    // The expressions below must mean what the Rust constants say.
+    const _: () = assert!(GPU_PAGE_SIZE == 1 << GPU_PAGE_SHIFT);
+    const _: () = assert!(MINOR_VERSION_MASK == (1 << MAJOR_VERSION_SHIFT) - 1);
+    let mut out = format!(
+        "\n#define GPU_PAGE_SHIFT   {GPU_PAGE_SHIFT}\n\
+         #define GPU_PAGE_SIZE    (1UL << GPU_PAGE_SHIFT)\n\
+         #define GPU_PAGE_OFFSET  (GPU_PAGE_SIZE - 1)\n\
+         #define GPU_PAGE_MASK    (~GPU_PAGE_OFFSET)\n\
+         \n#define MAJOR_VERSION_SHIFT {MAJOR_VERSION_SHIFT}\n\
+         #define MINOR_VERSION_MASK  (((uint32_t)1 << MAJOR_VERSION_SHIFT) - 1)\n"
+    );
+    out.push_str("\nstruct gdr;\n/* An open device; safe to use from several threads at once. */\ntypedef struct gdr *gdr_t;\n");
+    out.push_str(
+        "\n/* A pinned-buffer handle, passed by value. 0 is never a valid handle. */\n\
+         typedef struct gdr_mh_s {\n    unsigned long h;\n} gdr_mh_t;\n",
+    );
     for (typedef, tag, enumerators) in C_ENUMS {
         writeln!(out, "\ntypedef enum {tag} {{")?;
         for (name, value) in enumerators.iter() {
@@ -157,4 +182,138 @@ typedef gdr_info_v2_t gdr_info_t;
 "#,
     );
     Ok(out)
+}
+
+/// The names upstream's gdrapi.h defines without a `gdr_`/`GDR_` prefix; ours may define these
+/// and prefixed names only, so that no definition clashes with another header (MUSA's, say).
+#[cfg(test)]
+const UPSTREAM_UNPREFIXED: [&str; 9] = [
+    "GPU_PAGE_SHIFT",
+    "GPU_PAGE_SIZE",
+    "GPU_PAGE_OFFSET",
+    "GPU_PAGE_MASK",
+    "MAJOR_VERSION_SHIFT",
+    "MINOR_VERSION_MASK",
+    "MINIMUM_GDRDRV_MAJOR_VERSION",
+    "MINIMUM_GDRDRV_MINOR_VERSION",
+    "MINIMUM_GDRDRV_VERSION",
+];
+
+/// Every name a C header declares at file scope: macros, struct and enum tags, typedef names,
+/// enumerators and functions (comments and parameter lists aside).
+#[cfg(test)]
+fn declared_names(header: &str) -> Vec<String> {
+    let mut code = String::new();
+    let mut rest = header;
+    while let Some(start) = rest.find("/*") {
+        code.push_str(&rest[..start]);
+        rest = rest[start..]
+            .split_once("*/")
+            .map_or("", |(_, after)| after);
+    }
+    code.push_str(rest);
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut names = Vec::new();
+    for line in code.lines().map(|l| l.split("//").next().unwrap_or("")) {
+        let trimmed = line.trim();
+        if let Some(macro_name) = trimmed.strip_prefix("#define ") {
+            names.push(ident(macro_name));
+            continue;
+        }
+        if trimmed.starts_with('#') || trimmed.is_empty() {
+            continue;
+        }
+        for keyword in ["struct ", "enum "] {
+            for (i, _) in trimmed.match_indices(keyword) {
+                let word_start = i == 0 || !trimmed.as_bytes()[i - 1].is_ascii_alphanumeric();
+                let tag = ident(&trimmed[i + keyword.len()..]);
+                if word_start && !tag.is_empty() {
+                    names.push(tag);
+                }
+            }
+        }
+        // `} name;` closes a typedef; `typedef ... name;` is one on one line.
+        if let Some(after) = trimmed.strip_prefix('}') {
+            let name = ident(after.trim());
+            if !name.is_empty() {
+                names.push(name);
+            }
+        } else if trimmed.starts_with("typedef") && trimmed.ends_with(';') {
+            let body = trimmed.trim_end_matches(';');
+            names.push(
+                body.rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .next()
+                    .unwrap_or("")
+                    .to_string(),
+            );
+        } else if line.starts_with("    ") && trimmed.contains(" = ") && trimmed.ends_with(',') {
+            names.push(ident(trimmed));
+        } else if !line.starts_with(' ') && trimmed.contains('(') {
+            // A prototype: the identifier right before the parameter list.
+            let head = &trimmed[..trimmed.find('(').unwrap_or(0)];
+            let name = head
+                .rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .next()
+                .unwrap_or("");
+            names.push(name.to_string());
+        }
+    }
+    names.retain(|n| !n.is_empty());
+    names.sort();
+    names.dedup();
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_public_header_defines_only_upstreams_and_prefixed_names() {
+        let header =
+            std::fs::read_to_string(crate::paths::root().join("libgdrapi/include/gdrapi.h"))
+                .expect("gdrapi.h");
+        let names = declared_names(&header);
+        for expected in [
+            "gdr_mh_s",
+            "gdr_mh_t",
+            "gdr_copy_to_mapping",
+            "GPU_PAGE_SIZE",
+            "GDR_ATTR_MAX",
+        ] {
+            assert!(
+                names.iter().any(|n| n == expected),
+                "{expected} not found in {names:?}"
+            );
+        }
+        let foreign: Vec<&String> = names
+            .iter()
+            .filter(|n| {
+                !(n.starts_with("gdr_")
+                    || n.starts_with("GDR_")
+                    || *n == "gdr"
+                    || *n == "GDRAPI_H"
+                    || UPSTREAM_UNPREFIXED.contains(&n.as_str()))
+            })
+            .collect();
+        assert!(
+            foreign.is_empty(),
+            "gdrapi.h defines names of its own: {foreign:?}"
+        );
+    }
+
+    #[test]
+    fn names_are_found_in_every_kind_of_declaration() {
+        let header = "#define MU_X 1 /* c */\n/* #define HIDDEN 2 */\ntypedef struct tag_s {\n    \
+                      unsigned long h;\n} type_t;\ntypedef enum e_tag {\n    ENUM_A = 0,\n} e_t;\n\
+                      typedef uint32_t alias_t;\nint some_fn(int x, void *p);\n";
+        assert_eq!(
+            declared_names(header),
+            ["ENUM_A", "MU_X", "alias_t", "e_t", "e_tag", "some_fn", "tag_s", "type_t"]
+        );
+    }
 }
