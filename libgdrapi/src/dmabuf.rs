@@ -2,7 +2,7 @@
 //! range (`muMemGetHandleForAddressRange(..., MU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0)`), and
 //! `gdr_map` mmaps that fd.
 //!
-//! libmusa (`libmusa.so.1`, then `libmusa.so`, through the dynamic loader) is loaded on the
+//! libmusa (found and its functions resolved as `crate::musa` says) is loaded on the
 //! first open of this backend and stays loaded for the life of the process: unloading a GPU
 //! driver library that may hold threads and handlers is not safe, and reloading costs.
 //!
@@ -60,9 +60,6 @@ pub(crate) const MU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED: c_int = 124;
 /// CUDA's `CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD`, likewise.
 pub(crate) const MU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD: c_int = 1;
 
-/// The library names tried, in order, through the dynamic loader (LD_LIBRARY_PATH applies).
-const LIBRARY_NAMES: [&str; 2] = ["libmusa.so.1", "libmusa.so"];
-
 /// The MUSA driver API entry points the backend uses.
 struct Musa {
     device_get_count: unsafe extern "C" fn(*mut c_int) -> MUresult,
@@ -103,42 +100,21 @@ pub(crate) struct Unavailable {
 
 impl Musa {
     fn load() -> std::result::Result<Musa, Unavailable> {
-        let mut other_error = None;
-        let lib = LIBRARY_NAMES.iter().find_map(|name| {
-            // SAFETY: libmusa's initialisers have no preconditions a caller must establish.
-            match unsafe { Library::new(*name) } {
-                Ok(lib) => Some(lib),
-                Err(e) => {
-                    // A file that exists but does not load is worth naming; "not found" for
-                    // every name is the common case, said without the loader's wording.
-                    let text = std::error::Error::source(&e)
-                        .map_or_else(|| e.to_string(), |s| s.to_string());
-                    if other_error.is_none() && !text.contains("No such file") {
-                        other_error = Some(text);
-                    }
-                    None
-                }
-            }
-        });
-        let lib = lib.ok_or_else(|| Unavailable {
+        let (lib, path) = crate::musa::open_library().map_err(|e| Unavailable {
             errno: Errno::ENOENT,
-            why: format!(
-                "the MUSA driver library cannot be loaded (tried {}){}",
-                LIBRARY_NAMES.join(", "),
-                other_error.map(|e| format!(": {e}")).unwrap_or_default()
-            ),
+            why: format!("the MUSA driver library cannot be loaded ({e})"),
         })?;
         macro_rules! sym {
             ($name:literal) => {{
-                // SAFETY: the symbol has the C signature of the musa.h prototype of the same
-                // name, which is the type of the field it is stored in; the Library lives in
-                // the same struct.
-                unsafe { lib.get(concat!($name, "\0").as_bytes()) }
-                    .map(|s| *s)
-                    .map_err(|_| Unavailable {
-                        errno: Errno::ENOSYS,
-                        why: format!("the MUSA driver library lacks {}: too old", $name),
-                    })
+                // SAFETY: the field this is stored in has the C signature of the musa.h
+                // prototype of that name; the Library lives in the same struct.
+                unsafe { crate::musa::function(&lib, $name) }.ok_or_else(|| Unavailable {
+                    errno: Errno::ENOSYS,
+                    why: format!(
+                        "{path} lacks {}: not a MUSA driver library, or too old",
+                        $name
+                    ),
+                })
             }};
         }
         let init: unsafe extern "C" fn(c_uint) -> MUresult = sym!("muInit")?;

@@ -24,6 +24,7 @@ mod error;
 mod gdr;
 mod handles;
 pub mod log;
+pub mod musa;
 
 pub use backend::USE_DMABUF_ENV;
 pub use driver::DEVICE_PATH;

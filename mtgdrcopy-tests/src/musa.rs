@@ -1,10 +1,9 @@
 //! The GPU backend: MUSA's driver API (`libmusa.so.1`), loaded at run time so the programs need
 //! no MUSA SDK to build and start on machines without one (they then say what is missing).
 //!
-//! Library search order: `libmusa.so.1`, `libmusa.so` (both through the dynamic loader, which
-//! honours `LD_LIBRARY_PATH`), then `lib/` and `lib64/` under `$MUSA_HOME` and under
-//! `/usr/local/musa`. On test machines the library found is the emulated one backed by
-//! `mtgpu_emu` (package `mtgpu-emu-musa`).
+//! The library is found, and its functions resolved (`_v2` names first where CUDA has them), by
+//! the same rule as libgdrapi's dma-buf backend: `gdrapi::musa`. On test machines the library
+//! found is the emulated one backed by `mtgpu_emu` (package `mtgpu-emu-musa`).
 //!
 //! Every [`Gpu`] method makes the device's primary context current in the calling thread
 //! first (`muCtxSetCurrent` is cheap), so a [`MusaGpu`] can be used from any thread.
@@ -42,9 +41,7 @@ pub const MU_MEM_ATTACH_GLOBAL: c_uint = 1;
 /// attributes). If hardware disagrees, this is the one place to change.
 pub const MU_POINTER_ATTRIBUTE_SYNC_MEMOPS: MUpointer_attribute = 6;
 
-/// `$MUSA_HOME` (default [`DEFAULT_MUSA_HOME`]) is searched after the loader's own paths.
-pub const MUSA_HOME_ENV: &str = "MUSA_HOME";
-pub const DEFAULT_MUSA_HOME: &str = "/usr/local/musa";
+pub use gdrapi::musa::{DEFAULT_MUSA_HOME, MUSA_HOME_ENV};
 
 /// A failed driver call: its name, the MUSA code, and the driver's name and text for it.
 #[derive(Debug, Clone)]
@@ -135,62 +132,22 @@ impl Api {
     }
 }
 
-/// The library names tried, in order.
-fn candidates() -> Vec<String> {
-    let mut names = vec!["libmusa.so.1".to_string(), "libmusa.so".to_string()];
-    let mut homes = Vec::new();
-    if let Some(home) = std::env::var_os(MUSA_HOME_ENV).filter(|h| !h.is_empty()) {
-        homes.push(home.to_string_lossy().trim_end_matches('/').to_string());
-    }
-    homes.push(DEFAULT_MUSA_HOME.to_string());
-    for home in homes {
-        for dir in ["lib", "lib64"] {
-            let path = format!("{home}/{dir}/libmusa.so.1");
-            if !names.contains(&path) {
-                names.push(path);
-            }
-        }
-    }
-    names
-}
-
 fn open_library() -> Result<(Library, String)> {
-    let names = candidates();
-    let mut other_error = None;
-    for name in &names {
-        // SAFETY: libmusa's initialisers have no preconditions a caller must establish.
-        match unsafe { Library::new(name) } {
-            Ok(lib) => return Ok((lib, name.clone())),
-            Err(e) => {
-                // A file that exists but does not load (wrong architecture, missing dependency)
-                // is worth naming; "not found" for every candidate is the common case.
-                let text =
-                    std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string());
-                if other_error.is_none() && !text.contains("No such file") {
-                    other_error = Some(text);
-                }
-            }
-        }
-    }
-    let why = other_error.map(|e| format!(" ({e})")).unwrap_or_default();
-    bail!(
-        "cannot load the MUSA driver library, tried {}{why}: install the Moore Threads driver \
-         (it ships libmusa.so.1), or set LD_LIBRARY_PATH or {MUSA_HOME_ENV} to where it is",
-        names.join(", ")
-    )
+    gdrapi::musa::open_library().map_err(|e| {
+        anyhow!(
+            "cannot load the MUSA driver library, {e}: install the Moore Threads driver (it ships \
+             libmusa.so.1), or set LD_LIBRARY_PATH or {MUSA_HOME_ENV} to where it is"
+        )
+    })
 }
 
 fn load() -> Result<Api> {
     let (lib, path) = open_library()?;
     macro_rules! sym {
         ($name:literal) => {{
-            // SAFETY: the symbol has the C signature of the musa.h prototype of the same name,
-            // which is exactly the type of the field it is stored in; the Library is kept alive
-            // in the same struct.
-            match unsafe { lib.get(concat!($name, "\0").as_bytes()) } {
-                Ok(s) => Some(*s),
-                Err(_) => None,
-            }
+            // SAFETY: the field it is stored in has the C signature of the musa.h prototype of
+            // that name; the Library is kept alive in the same struct.
+            unsafe { gdrapi::musa::function(&lib, $name) }
         }};
     }
     macro_rules! req {
@@ -211,11 +168,7 @@ fn load() -> Result<Api> {
         device_get_name: req!("muDeviceGetName"),
         device_get_pci_bus_id: sym!("muDeviceGetPCIBusId"),
         primary_ctx_retain: req!("muDevicePrimaryCtxRetain"),
-        // CUDA's `_v2` of this call has the same signature; accept either export.
-        primary_ctx_release: match sym!("muDevicePrimaryCtxRelease") {
-            Some(f) => f,
-            None => req!("muDevicePrimaryCtxRelease_v2"),
-        },
+        primary_ctx_release: req!("muDevicePrimaryCtxRelease"),
         ctx_set_current: req!("muCtxSetCurrent"),
         mem_alloc: req!("muMemAlloc"),
         mem_alloc_managed: req!("muMemAllocManaged"),

@@ -21,6 +21,10 @@
 //! memory calls fail with `MUSA_ERROR_INVALID_CONTEXT` in a thread without a current context
 //! (`muCtxSetCurrent` of the primary context, which must be retained). Codes are in [`error`].
 //!
+//! Export names follow libmusa's: `muDevicePrimaryCtxRelease` only as `_v2` (what real libmusa
+//! 3.1.0 exports), the memory calls under their plain names (which real MUSA code resolves), so
+//! that a caller resolving names by the `_v2` rule (`gdrapi::musa`) is tested on both kinds.
+//!
 //! A panic never unwinds into C: it becomes `MUSA_ERROR_UNKNOWN`.
 #![allow(non_snake_case)]
 
@@ -285,12 +289,13 @@ pub unsafe extern "C" fn muDevicePrimaryCtxRetain(ctx: *mut MUcontext, dev: MUde
 }
 
 /// Drops a primary-context reference; the last one frees every allocation, as destroying a
-/// context does.
+/// context does. Exported only under its `_v2` name, as real libmusa 3.1.0 does (CUDA's current
+/// ABI name): callers that require the plain name fail here as they would there.
 ///
 /// # Safety
 /// None beyond the C API's: no pointer arguments.
 #[no_mangle]
-pub unsafe extern "C" fn muDevicePrimaryCtxRelease(dev: MUdevice) -> MUresult {
+pub unsafe extern "C" fn muDevicePrimaryCtxRelease_v2(dev: MUdevice) -> MUresult {
     ffi(|| {
         let d = driver()?;
         check_device(dev)?;

@@ -1,0 +1,163 @@
+//! Finding the MUSA driver library and its functions: one rule for libgdrapi's dma-buf backend
+//! and the test tools.
+//!
+//! The library: `libmusa.so.1`, then `libmusa.so`, through the dynamic loader (so
+//! `LD_LIBRARY_PATH` applies), then `lib64/` and `lib/` under `$MUSA_HOME` and under
+//! `/usr/local/musa`, where Moore Threads' installer puts it.
+//!
+//! The functions: MUSA's driver API mirrors CUDA's, including CUDA's versioned exports. Where
+//! CUDA's libcuda exports a function under a `_v2` name for the current ABI (what `cuda.h`'s
+//! `#define`s select), libmusa does too, and may export only that name: real libmusa 3.1.0 has
+//! `muDevicePrimaryCtxRelease_v2` and no plain `muDevicePrimaryCtxRelease`. So each function is
+//! looked up by its `_v2` name first where CUDA has one, then by its plain name; a plain name is
+//! never required where CUDA has a `_v2`.
+
+use std::path::Path;
+
+use libloading::Library;
+
+/// Where the MUSA installation is (its `lib64/` and `lib/` are searched).
+pub const MUSA_HOME_ENV: &str = "MUSA_HOME";
+/// The installation searched besides `$MUSA_HOME`.
+pub const DEFAULT_MUSA_HOME: &str = "/usr/local/musa";
+
+/// Driver-API functions whose current ABI CUDA exports as `<name>_v2` (cuda.h maps the plain
+/// name to it). Only the names the MUSA mirror of each matters here.
+pub const V2_FUNCTIONS: [&str; 21] = [
+    "muCtxCreate",
+    "muCtxDestroy",
+    "muCtxPopCurrent",
+    "muCtxPushCurrent",
+    "muDevicePrimaryCtxRelease",
+    "muDevicePrimaryCtxReset",
+    "muDevicePrimaryCtxSetFlags",
+    "muDeviceTotalMem",
+    "muEventDestroy",
+    "muMemAlloc",
+    "muMemAllocHost",
+    "muMemAllocPitch",
+    "muMemFree",
+    "muMemGetAddressRange",
+    "muMemGetInfo",
+    "muMemHostGetDevicePointer",
+    "muMemcpyDtoD",
+    "muMemcpyDtoH",
+    "muMemcpyHtoD",
+    "muMemsetD8",
+    "muStreamDestroy",
+];
+
+/// The exported names `function` is looked up by, in order.
+pub fn export_names(function: &str) -> Vec<String> {
+    if V2_FUNCTIONS.contains(&function) {
+        vec![format!("{function}_v2"), function.to_string()]
+    } else {
+        vec![function.to_string()]
+    }
+}
+
+/// The library paths tried, in order.
+pub fn library_candidates() -> Vec<String> {
+    let mut names = vec!["libmusa.so.1".to_string(), "libmusa.so".to_string()];
+    let home = std::env::var_os(MUSA_HOME_ENV).filter(|h| !h.is_empty());
+    let homes = home
+        .map(|h| h.to_string_lossy().trim_end_matches('/').to_string())
+        .into_iter()
+        .chain(std::iter::once(DEFAULT_MUSA_HOME.to_string()));
+    for home in homes {
+        for dir in ["lib64", "lib"] {
+            let path = format!("{home}/{dir}/libmusa.so.1");
+            if !names.contains(&path) {
+                names.push(path);
+            }
+        }
+    }
+    names
+}
+
+/// Why no MUSA driver library could be loaded.
+#[derive(Clone, Debug)]
+pub struct NotLoaded {
+    /// Every path tried.
+    pub tried: Vec<String>,
+    /// A loader error other than "not found" (wrong architecture, missing dependency), if any:
+    /// worth naming, since the file is there.
+    pub error: Option<String>,
+}
+
+impl std::fmt::Display for NotLoaded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "tried {}", self.tried.join(", "))?;
+        if let Some(e) = &self.error {
+            write!(f, " ({e})")?;
+        }
+        Ok(())
+    }
+}
+
+/// Loads the first candidate that loads: the library and the name it was found by.
+pub fn open_library() -> Result<(Library, String), NotLoaded> {
+    let tried = library_candidates();
+    let mut error = None;
+    for name in &tried {
+        // An absolute candidate that does not exist is skipped without asking the loader.
+        if name.starts_with('/') && !Path::new(name).exists() {
+            continue;
+        }
+        // SAFETY: libmusa's initialisers have no preconditions a caller must establish.
+        match unsafe { Library::new(name) } {
+            Ok(lib) => return Ok((lib, name.clone())),
+            Err(e) => {
+                let text =
+                    std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string());
+                if error.is_none() && !text.contains("No such file") {
+                    error = Some(text);
+                }
+            }
+        }
+    }
+    Err(NotLoaded { tried, error })
+}
+
+/// The function `function` of `lib` by the `_v2` rule, or `None` if it exports no such name.
+///
+/// # Safety
+/// `T` is the function-pointer type of the musa.h prototype of `function` (a `_v2` export has
+/// the signature of the prototype its plain name maps to).
+pub unsafe fn function<T: Copy>(lib: &Library, function: &str) -> Option<T> {
+    export_names(function).iter().find_map(|name| {
+        let mut symbol = name.clone().into_bytes();
+        symbol.push(0);
+        // SAFETY: guaranteed by the caller: `T` is the symbol's type.
+        unsafe { lib.get::<T>(&symbol) }.ok().map(|s| *s)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v2_names_come_first_where_cuda_has_them() {
+        assert_eq!(
+            export_names("muDevicePrimaryCtxRelease"),
+            ["muDevicePrimaryCtxRelease_v2", "muDevicePrimaryCtxRelease"]
+        );
+        assert_eq!(export_names("muMemAlloc"), ["muMemAlloc_v2", "muMemAlloc"]);
+        assert_eq!(export_names("muInit"), ["muInit"]);
+        assert_eq!(
+            export_names("muMemGetHandleForAddressRange"),
+            ["muMemGetHandleForAddressRange"]
+        );
+    }
+
+    #[test]
+    fn the_loader_then_musa_home_then_usr_local() {
+        let names = library_candidates();
+        assert_eq!(names[..2], ["libmusa.so.1", "libmusa.so"]);
+        assert!(names.ends_with(&[
+            "/usr/local/musa/lib64/libmusa.so.1".to_string(),
+            "/usr/local/musa/lib/libmusa.so.1".to_string()
+        ]));
+    }
+}

@@ -1,0 +1,64 @@
+//! The emulated libmusa exports what libmusa does, and `gdrapi::musa` (the library's and the
+//! tools' one resolution rule) finds every function the tools and the dma-buf backend use in it.
+
+use libloading::Library;
+
+/// The cdylib cargo built beside this test (`target/<profile>/libmusa.so`).
+fn emulated_libmusa() -> Library {
+    let exe = std::env::current_exe().expect("test path");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target directory");
+    // SAFETY: the emulated libmusa's initialisers only set up Rust statics.
+    unsafe { Library::new(dir.join("libmusa.so")) }.expect("loading target/<profile>/libmusa.so")
+}
+
+fn exports(lib: &Library, name: &str) -> bool {
+    let symbol = format!("{name}\0");
+    // SAFETY: only the symbol's presence is checked; it is never called.
+    unsafe { lib.get::<*const ()>(symbol.as_bytes()) }.is_ok()
+}
+
+#[test]
+fn primary_ctx_release_is_exported_only_as_v2_like_real_libmusa() {
+    let lib = emulated_libmusa();
+    assert!(exports(&lib, "muDevicePrimaryCtxRelease_v2"));
+    assert!(!exports(&lib, "muDevicePrimaryCtxRelease"));
+}
+
+#[test]
+fn every_function_used_resolves_by_the_v2_rule() {
+    let lib = emulated_libmusa();
+    for function in [
+        "muInit",
+        "muDriverGetVersion",
+        "muDeviceGetCount",
+        "muDeviceGet",
+        "muDeviceGetName",
+        "muDeviceGetAttribute",
+        "muDevicePrimaryCtxRetain",
+        "muDevicePrimaryCtxRelease",
+        "muCtxGetCurrent",
+        "muCtxSetCurrent",
+        "muMemAlloc",
+        "muMemAllocManaged",
+        "muMemFree",
+        "muMemcpyHtoD",
+        "muMemcpyDtoH",
+        "muMemsetD8",
+        "muPointerSetAttribute",
+        "muMemGetHandleForAddressRange",
+        "muGetErrorName",
+    ] {
+        // SAFETY: the pointer is only compared with null, never called.
+        let found: Option<*const ()> = unsafe { gdrapi::musa::function(&lib, function) };
+        assert!(found.is_some(), "{function} does not resolve");
+    }
+    // Where CUDA has a `_v2`, the rule takes it when the library exports it: the plain name
+    // alone would not have been found.
+    assert_eq!(
+        gdrapi::musa::export_names("muDevicePrimaryCtxRelease")[0],
+        "muDevicePrimaryCtxRelease_v2"
+    );
+}
