@@ -19,7 +19,10 @@ use crate::paths;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Component {
+    /// driver, lib and exes.
     All,
+    /// The kernel module (`drv` too, as `cargo xtask install` and the old `drv_install`).
+    #[value(alias = "drv")]
     Driver,
     Lib,
     Exes,

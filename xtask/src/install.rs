@@ -26,11 +26,13 @@ use crate::workspace::Workspace;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Component {
-    /// lib, exes and drv.
+    /// lib, exes and driver.
     All,
     Lib,
     Exes,
-    Drv,
+    /// The kernel module (`drv` too, the old `drv_install`'s name).
+    #[value(alias = "drv")]
+    Driver,
 }
 
 #[derive(clap::Args)]
@@ -107,7 +109,7 @@ pub fn cli(args: Args) -> Result<()> {
             report(&bindir.join(bin));
         }
     }
-    if wants(Component::Drv) {
+    if wants(Component::Driver) {
         install_driver(&sh, &args, &dest)?;
     }
     Ok(())

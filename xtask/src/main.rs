@@ -42,6 +42,7 @@ use crate::stage::Package;
 #[derive(Parser)]
 #[command(
     name = "cargo xtask",
+    bin_name = "cargo xtask",
     about = "Build, generate, package and test mtgdrcopy"
 )]
 struct Cli {
@@ -58,7 +59,10 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
-    /// Run every test: lints, codegen freshness, unit tests, header compile tests.
+    /// Run every test: lints and generated-file freshness, unit tests, the library's exports and
+    /// header, libFuzzer, copy counts, arm64 under qemu-user, the kernel module and tools in QEMU
+    /// (VM tests, benchmarks, the Debian kernel matrix), and the packages (build, lintian, source
+    /// package, reproducibility, install and upgrade).
     Test(test::Args),
     /// Boot the test kernel in QEMU and get a root shell in it.
     Vm(vm::Args),
@@ -148,6 +152,30 @@ fn main() -> Result<()> {
             let sh = xshell::Shell::new()?;
             sh.change_dir(paths::root());
             workflows::test_step(&sh)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn usage_names_the_command_users_type() {
+        let usage = Cli::command().render_usage().to_string();
+        assert!(usage.contains("cargo xtask <COMMAND>"), "{usage}");
+    }
+
+    #[test]
+    fn build_and_install_take_the_same_component_names() {
+        for command in ["build", "install"] {
+            for name in ["all", "driver", "drv", "lib", "exes"] {
+                assert!(
+                    Cli::try_parse_from(["cargo xtask", command, name]).is_ok(),
+                    "cargo xtask {command} {name}"
+                );
+            }
         }
     }
 }
