@@ -383,6 +383,7 @@ mod current {
 #[cfg(not(target_arch = "x86_64"))]
 mod current {
     use super::Hazard;
+    use std::cell::Cell;
 
     thread_local! {
         static CURRENT: Cell<Option<&'static Hazard>> = const { Cell::new(None) };
