@@ -76,7 +76,13 @@ pub struct Args {
     pub target: Option<String>,
 }
 
+/// What the `deb-*` commands run besides cargo: dpkg-deb, dpkg-shlibdeps (dpkg-dev), strip,
+/// objcopy, ld and ar (binutils), xz. Installed with apt when missing, as `cargo xtask test`
+/// installs its own.
+pub const HOST_PACKAGES: [&str; 3] = ["binutils", "dpkg-dev", "xz-utils"];
+
 pub fn cli(which: Which, args: Args) -> Result<()> {
+    crate::kernel::ensure_host_packages(&HOST_PACKAGES)?;
     let sh = Shell::new()?;
     sh.change_dir(paths::root());
     let ws = Workspace::load(&sh)?.for_target(crate::cross::parse(args.target.as_deref())?);
