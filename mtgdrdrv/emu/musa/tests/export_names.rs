@@ -3,15 +3,17 @@
 
 use libloading::Library;
 
-/// The cdylib cargo built beside this test (`target/<profile>/libmusa.so`).
+/// The cdylib cargo built for this test: beside it in `target/<profile>/deps/` (where `cargo
+/// test` leaves it), or in `target/<profile>/` after a `cargo build`.
 fn emulated_libmusa() -> Library {
     let exe = std::env::current_exe().expect("test path");
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target directory");
+    let deps = exe.parent().expect("deps directory");
+    let path = [deps.join("libmusa.so"), deps.join("../libmusa.so")]
+        .into_iter()
+        .find(|p| p.exists())
+        .expect("libmusa.so in target/<profile>/deps or target/<profile>");
     // SAFETY: the emulated libmusa's initialisers only set up Rust statics.
-    unsafe { Library::new(dir.join("libmusa.so")) }.expect("loading target/<profile>/libmusa.so")
+    unsafe { Library::new(&path) }.unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
 }
 
 fn exports(lib: &Library, name: &str) -> bool {
