@@ -120,6 +120,14 @@ static void fill_info(const struct node *n, __u64 *va, __u64 *mapped_size, __u32
 	*page_size = GPU_PAGE;
 }
 
+/* One buffer per node: a pin replaces the previous one and is handle 1. */
+static gdr_hnd_t pin(struct node *n, __u64 addr, __u64 size)
+{
+	n->pinned_addr = addr;
+	n->pinned_size = size;
+	return 1;
+}
+
 static int node_ioctl(struct node *n, unsigned long request, void *arg)
 {
 	switch (request) {
@@ -131,16 +139,14 @@ static int node_ioctl(struct node *n, unsigned long request, void *arg)
 	}
 	case GDRDRV_IOC_PIN_BUFFER: {
 		struct GDRDRV_IOC_PIN_BUFFER_PARAMS *p = arg;
-		n->pinned_addr = p->addr;
-		n->pinned_size = p->size;
-		p->handle = 1;
+
+		p->handle = pin(n, p->addr, p->size);
 		return 0;
 	}
 	case GDRDRV_IOC_PIN_BUFFER_V2: {
 		struct GDRDRV_IOC_PIN_BUFFER_V2_PARAMS *p = arg;
-		n->pinned_addr = p->addr;
-		n->pinned_size = p->size;
-		p->handle = 1;
+
+		p->handle = pin(n, p->addr, p->size);
 		return 0;
 	}
 	case GDRDRV_IOC_UNPIN_BUFFER:
