@@ -59,10 +59,10 @@ static ALLOCATOR: Mutex<Allocator> = Mutex::new(Allocator {
     next: 0,
 });
 
+/// Slot `index` (modulo the segment) of segment `segment` (< SEGMENTS), if that segment exists.
 #[inline(always)]
-fn slot(index: u32) -> Option<&'static Slot> {
-    let index = index as usize;
-    let segment = TABLE.get(index >> SEGMENT_SHIFT)?.load(Ordering::Acquire);
+fn slot_at(segment: usize, index: usize) -> Option<&'static Slot> {
+    let segment = TABLE[segment].load(Ordering::Acquire);
     // SAFETY: a non-null segment points to `SEGMENT_LEN` slots that live forever (leaked at
     // allocation), published with Release after they were initialised.
     unsafe {
@@ -72,20 +72,22 @@ fn slot(index: u32) -> Option<&'static Slot> {
     }
 }
 
+#[inline(always)]
+fn slot(index: u32) -> Option<&'static Slot> {
+    let index = index as usize;
+    let segment = index >> SEGMENT_SHIFT;
+    (segment < SEGMENTS)
+        .then(|| slot_at(segment, index))
+        .flatten()
+}
+
 /// The slot a copy through `handle` checks: the handle's own if it names one, else any slot,
 /// whose `copy_key` then differs from the handle. Index bits beyond the table are masked
 /// instead of tested, which the copy path saves.
 #[inline(always)]
 fn copy_slot(handle: u64) -> Option<&'static Slot> {
     let index = (handle as u32).wrapping_sub(1) as usize;
-    let segment = TABLE[(index >> SEGMENT_SHIFT) % SEGMENTS].load(Ordering::Acquire);
-    // SAFETY: a non-null segment points to `SEGMENT_LEN` slots that live forever (leaked at
-    // allocation), published with Release after they were initialised.
-    unsafe {
-        segment
-            .as_ref()
-            .map(|_| &*segment.add(index & (SEGMENT_LEN - 1)))
-    }
+    slot_at((index >> SEGMENT_SHIFT) % SEGMENTS, index)
 }
 
 fn split(handle: u64) -> Option<(u32, u32)> {
@@ -216,21 +218,23 @@ pub fn enter(handle: u64, ptr: usize, len: usize) -> Entry {
 #[cold]
 #[inline(never)]
 pub fn enter_cold(handle: u64, ptr: usize, len: usize) -> Option<Copying> {
-    if let Ok(Some(hazard)) = OWNED.try_with(|h| h.0) {
-        if !FENCED.load(Ordering::Relaxed) {
-            return match enter(handle, ptr, len) {
-                Entry::Inside(copying) => Some(copying),
-                _ => None,
-            };
+    let copying = match OWNED.try_with(|h| h.0) {
+        Ok(Some(hazard)) => {
+            hazard.handle.store(handle, Ordering::Relaxed);
+            if FENCED.load(Ordering::Relaxed) {
+                // Without membarrier every copy comes here and pays a full fence of its own.
+                fence(Ordering::SeqCst);
+            } else {
+                // As in `enter`, which this thread's later copies take.
+                compiler_fence(Ordering::SeqCst);
+            }
+            Copying(Some(hazard))
         }
-        // Without membarrier every copy comes here and pays a full fence of its own.
-        hazard.handle.store(handle, Ordering::Relaxed);
-        fence(Ordering::SeqCst);
-        let copying = Copying(Some(hazard));
-        return mapping_contains(handle, ptr, len).then_some(copying);
-    }
-    SLOW_COPIES.fetch_add(1, Ordering::SeqCst);
-    let copying = Copying(None);
+        _ => {
+            SLOW_COPIES.fetch_add(1, Ordering::SeqCst);
+            Copying(None)
+        }
+    };
     mapping_contains(handle, ptr, len).then_some(copying)
 }
 
