@@ -37,12 +37,31 @@ pub struct Api {
     pub get_mapping_type_string: unsafe extern "C" fn(c_int, *mut *const c_char) -> c_int,
 }
 
-/// The library, loaded on first use.
+/// The library, loaded on first use; an error is marked unavailable (the tools exit with 77).
 pub fn api() -> Result<&'static Api> {
     static API: OnceLock<std::result::Result<Api, String>> = OnceLock::new();
     API.get_or_init(|| load().map_err(|e| format!("{e:#}")))
         .as_ref()
-        .map_err(|e| anyhow!("{e}"))
+        .map_err(|e| crate::tool::unavailable(anyhow!("{e}")))
+}
+
+/// The file the loaded libgdrapi came from, as the dynamic loader names it.
+pub fn library_path() -> Option<String> {
+    let api = api().ok()?;
+    // SAFETY: Dl_info is plain data; all-zero is a valid value for dladdr to overwrite.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: the address is a function of the loaded library and `info` a valid out pointer.
+    if unsafe { libc::dladdr(api.open as *const c_void, &mut info) } == 0
+        || info.dli_fname.is_null()
+    {
+        return None;
+    }
+    // SAFETY: dladdr sets dli_fname to a NUL-terminated string owned by the loader.
+    Some(
+        unsafe { CStr::from_ptr(info.dli_fname) }
+            .to_string_lossy()
+            .into_owned(),
+    )
 }
 
 fn load() -> Result<Api> {

@@ -3,8 +3,10 @@
 //! in-VM tests.
 
 pub mod bench;
+pub mod cli;
 pub mod emu;
 pub mod gdr;
 pub mod gpu;
 pub mod musa;
 pub mod sanity;
+pub mod tool;

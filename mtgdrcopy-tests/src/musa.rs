@@ -230,9 +230,13 @@ fn no_device(api: &Api) -> String {
     )
 }
 
-/// How many devices the driver sees. 0 when `muInit` reports no device; an error when the
-/// library cannot be loaded or initialised.
+/// How many devices the driver sees. 0 when `muInit` reports no device; an error (marked
+/// unavailable) when the library cannot be loaded or initialised.
 pub fn device_count() -> Result<i32> {
+    count_devices().map_err(crate::tool::unavailable)
+}
+
+fn count_devices() -> Result<i32> {
     let api = api()?;
     if api.init == MUSA_ERROR_NO_DEVICE {
         return Ok(0);
@@ -246,9 +250,12 @@ pub fn device_count() -> Result<i32> {
     Ok(n)
 }
 
-/// Opens device `device` (an ordinal, 0-based): retains its primary context.
+/// Opens device `device` (an ordinal, 0-based): retains its primary context. A failure means
+/// this machine has no such usable device (marked unavailable: the tools exit with 77).
 pub fn open(device: i32) -> Result<Box<dyn Gpu>> {
-    Ok(Box::new(MusaGpu::open(device)?))
+    Ok(Box::new(
+        MusaGpu::open(device).map_err(crate::tool::unavailable)?,
+    ))
 }
 
 /// The primary context handle. The driver API allows a context to be made current in, and

@@ -62,29 +62,26 @@ pub fn generate_all() -> Result<Vec<Generated>> {
 }
 
 /// The manual pages of the mtgdrcopy-tests programs, `mtgdrcopy-tests/man/<program>.1`, from
-/// each program's `--help` (so that packaging them needs no run of the programs, which a cross
-/// build could not do).
+/// each program's clap command (so that packaging them needs no run of the programs, which a
+/// cross build could not do).
 fn manual_pages() -> Result<Vec<Generated>> {
     let sh = xshell::Shell::new()?;
-    sh.change_dir(paths::root());
-    xshell::cmd!(sh, "cargo build --quiet --locked -p mtgdrcopy-tests --bins")
-        .run()
-        .context("building the mtgdrcopy-tests programs for their manual pages")?;
     let ws = crate::workspace::Workspace::load(&sh)?;
     let krate = ws.krate("mtgdrcopy-tests")?;
-    let mut pages = Vec::new();
-    for name in &krate.bins {
-        let exe = ws.target_dir.join("debug").join(name);
-        let help = xshell::cmd!(sh, "{exe} --help")
-            .quiet()
-            .read()
-            .with_context(|| format!("running {name} --help for its manual page"))?;
-        pages.push(Generated {
-            path: paths::root().join(format!("mtgdrcopy-tests/man/{name}.1")),
-            contents: manpage::render(name, "mtgdrcopy-tests", &krate.version, &help),
-        });
+    let pages = manpage::pages("mtgdrcopy-tests", &krate.version)?;
+    for bin in &krate.bins {
+        anyhow::ensure!(
+            pages.iter().any(|(name, _)| name == bin),
+            "{bin} has no manual page: add its command to mtgdrcopy_tests::cli::commands()"
+        );
     }
-    Ok(pages)
+    Ok(pages
+        .into_iter()
+        .map(|(name, contents)| Generated {
+            path: paths::root().join(format!("mtgdrcopy-tests/man/{name}.1")),
+            contents,
+        })
+        .collect())
 }
 
 fn generated_headers(root: &Path) -> Result<Vec<Generated>> {

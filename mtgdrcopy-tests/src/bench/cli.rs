@@ -27,11 +27,15 @@ pub struct Common {
     pub mapping: MapType,
 
     /// Also write the results as JSON to FILE ("-" for standard output, which moves the
-    /// human-readable report to standard error). The file is created before anything is
-    /// measured. The schema: one object per measured operation and size, units in the field
+    /// human-readable report to standard error). The JSON goes to a temporary file in FILE's
+    /// directory, created before anything is measured, and is renamed to FILE only when the run
+    /// succeeds: a failed run leaves FILE as it was. The schema: one object per measured operation and size, units in the field
     /// names (_us microseconds, _bytes, _mib_s).
     #[arg(long, value_name = "FILE")]
     pub json: Option<String>,
+
+    #[command(flatten)]
+    pub version: crate::tool::VersionFlag,
 }
 
 /// The allocation functions (`-a`).

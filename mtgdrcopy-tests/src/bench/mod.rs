@@ -16,17 +16,20 @@ pub mod term;
 
 pub use term::Term;
 
-/// A tool's `main`: runs `run`, prints `Error: …` (one line, the whole context chain) on
-/// failure and exits 1.
-pub fn main(run: fn(Term) -> Result<()>) -> ExitCode {
-    let term = Term::detect();
-    match run(term) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            term.error(&e);
-            ExitCode::FAILURE
-        }
+/// A benchmark's `main` after parsing: `--version`, else `run`, whose failure is printed as
+/// `program: …` (one line, the whole context chain) with the exit status it stands for
+/// ([`crate::tool::Status`]).
+pub fn main(program: &str, common: &cli::Common, run: impl FnOnce(Term) -> Result<()>) -> ExitCode {
+    if common.version.version {
+        print!("{}", crate::tool::versions(program));
+        return ExitCode::SUCCESS;
     }
+    let term = Term::detect();
+    crate::tool::finish(
+        program,
+        &term,
+        run(term).map(|()| crate::tool::Status::Passed),
+    )
 }
 
 /// Runs `f` `n` times (n >= 1) and returns the mean time per call in µs; the first error

@@ -87,6 +87,9 @@ impl Env {
         let gpu = crate::musa::open(common.device)
             .with_context(|| format!("opening GPU {}", common.device))?;
         let gdr = Gdr::open()?;
+        if let Some(warning) = crate::tool::fallback_warning(gdr.using_dmabuf()) {
+            Term::detect().warn(warning);
+        }
         Ok(Env {
             common: common.clone(),
             gdr,
@@ -107,6 +110,7 @@ impl Env {
             gdrapi_version: format!("{lib_major}.{lib_minor}"),
             mtgdrdrv_version: match self.gdr.driver_version() {
                 Ok((major, minor)) => format!("{major}.{minor}"),
+                Err(_) if self.gdr.using_dmabuf() => "none (dma-buf backend)".into(),
                 Err(_) => "unknown".into(),
             },
             copy_variant: gdrapi::copy::selected().name.into(),
@@ -243,12 +247,18 @@ impl Gdr {
         // SAFETY: gdr_open takes no arguments; a NULL return is handled.
         let g = unsafe { (api.open)() };
         if g.is_null() {
-            bail!(
-                "gdr_open failed: is the mtgdrdrv module loaded and /dev/mtgdrdrv accessible? \
-                 (GDRCOPY_ENABLE_LOGGING=1 tells why)"
-            );
+            return Err(crate::tool::open_failure(std::io::Error::last_os_error()));
         }
         Ok(Gdr { api, g })
+    }
+
+    /// Whether the dma-buf backend is in use (`GDR_ATTR_USING_DMA_BUF_MMAP`).
+    pub fn using_dmabuf(&self) -> bool {
+        let mut v: c_int = 0;
+        let attr = gdrapi::Attribute::UsingDmaBufMmap as c_int;
+        // SAFETY: `g` is open and `v` a valid out pointer.
+        let rc = unsafe { (self.api.get_attribute)(self.g, attr, &mut v) };
+        rc == 0 && v != 0
     }
 
     pub fn api(&self) -> &'static Api {

@@ -45,10 +45,10 @@ impl Term {
         eprintln!("{} {msg}", self.paint(YELLOW, "warning:"));
     }
 
-    /// `Error: …` on stderr, with the whole context chain on one line.
-    pub fn error(&self, err: &anyhow::Error) {
+    /// `program: …` on stderr, with the whole context chain on one line.
+    pub fn error(&self, program: &str, err: &anyhow::Error) {
         self.clear_progress();
-        eprintln!("{} {err:#}", self.paint(RED, "Error:"));
+        eprintln!("{} {err:#}", self.paint(RED, &format!("{program}:")));
     }
 
     /// Replaces the progress line (nothing when stderr is not a terminal).

@@ -8,40 +8,14 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use mtgdrcopy_tests::bench::cli::{parse_iterations, parse_size, Common, MapType};
+use mtgdrcopy_tests::bench::cli::MapType;
 use mtgdrcopy_tests::bench::result::{BenchResult, Operation, Tool};
 use mtgdrcopy_tests::bench::session::{round_up, DeviceBuffer, Env, Gdr, Output, GPU_PAGE};
 use mtgdrcopy_tests::bench::stats::{histogram, summarize};
 use mtgdrcopy_tests::bench::{self, Term};
+use mtgdrcopy_tests::cli::apiperf::Args;
 use mtgdrcopy_tests::gpu::DevicePtr;
-
-/// Latency of the gdrapi calls that bracket a copy.
-///
-/// For pin sizes 64 KiB, 128 KiB, … doubling up to the maximum, runs `-w` untimed cycles of
-/// gdr_pin_buffer, gdr_map_v2, gdr_get_info_v2, gdr_unmap and gdr_unpin_buffer, then `-n`
-/// cycles timing each call on its own. Prints the mean, minimum, median (P50) and maximum per
-/// call in microseconds, and a 10-bin histogram of gdr_pin_buffer's latency per size. Sizes
-/// are in bytes; K, M and G suffixes (64K = 65536) are accepted.
-#[derive(Parser, Debug)]
-#[command(name = "mtgdrcopy_apiperf", version)]
-struct Args {
-    /// Largest pin size in bytes, rounded up to the 64 KiB GPU page.
-    #[arg(short = 's', long = "max-size", value_name = "BYTES", default_value = "16777216",
-          value_parser = parse_size)]
-    max_size: u64,
-
-    /// Timed cycles per size.
-    #[arg(short = 'n', long = "iters", value_name = "N", default_value = "100",
-          value_parser = parse_iterations)]
-    iters: u64,
-
-    /// Untimed warm-up cycles per size (0 for none).
-    #[arg(short = 'w', long = "warmup", value_name = "N", default_value_t = 10)]
-    warmup: u64,
-
-    #[command(flatten)]
-    common: Common,
-}
+use mtgdrcopy_tests::tool;
 
 /// Histogram bins, as upstream (there is no option for it).
 const HISTOGRAM_BINS: usize = 10;
@@ -55,10 +29,9 @@ const CALLS: [Operation; 5] = [
     Operation::Unpin,
 ];
 
-fn run(term: Term) -> Result<()> {
-    let args = Args::parse();
+fn run(args: &Args, term: Term) -> Result<()> {
     if args.max_size == 0 {
-        bail!("the maximum size (-s) must be at least 1 byte");
+        bail!(tool::usage("the maximum size (-s) must be at least 1 byte"));
     }
     let max = round_up(args.max_size, GPU_PAGE);
     let sizes: Vec<u64> = std::iter::successors(Some(GPU_PAGE), |&s| s.checked_mul(2))
@@ -189,15 +162,6 @@ fn cycle(gdr: &Gdr, ptr: DevicePtr, size: u64, request: MapType) -> Result<[f64;
 }
 
 fn main() -> ExitCode {
-    bench::main(run)
-}
-
-#[cfg(test)]
-mod tests {
-    use clap::CommandFactory;
-
-    #[test]
-    fn cli_is_consistent() {
-        super::Args::command().debug_assert();
-    }
+    let args = Args::parse();
+    bench::main("mtgdrcopy_apiperf", &args.common, |term| run(&args, term))
 }

@@ -7,56 +7,13 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Result};
 use clap::Parser;
-use mtgdrcopy_tests::bench::cli::{parse_iterations, parse_size, Common};
 use mtgdrcopy_tests::bench::result::{BenchResult, Operation, Tool};
 use mtgdrcopy_tests::bench::session::{
     pattern, pow2_sizes, round_up, verify, DeviceBuffer, Env, Output, GPU_PAGE,
 };
 use mtgdrcopy_tests::bench::{self, mib_per_s, time_calls, Term};
-
-/// Copy bandwidth through a GDRCopy mapping of GPU memory.
-///
-/// Allocates a device buffer, pins and maps it, then times `-w` copies into the mapping and
-/// `-r` copies out of it, each series after one untimed copy. Bandwidth is in MiB/s:
-/// bytes / seconds / 2^20 (upstream prints the same number as "MB/s"). Every copy is checked:
-/// the data read back through the MUSA driver's memcpy must equal what was written. Sizes are
-/// in bytes; K, M and G suffixes (binary: 64K = 65536) are accepted.
-#[derive(Parser, Debug)]
-#[command(name = "mtgdrcopy_copybw", version)]
-struct Args {
-    /// Device buffer size in bytes; rounded up to the 64 KiB GPU page.
-    #[arg(short = 's', long = "size", value_name = "BYTES", default_value = "131072",
-          value_parser = parse_size)]
-    size: u64,
-
-    /// Bytes per copy (default: the buffer size). With --sweep, the largest size.
-    #[arg(short = 'c', long = "copy-size", value_name = "BYTES", value_parser = parse_size)]
-    copy_size: Option<u64>,
-
-    /// Offset of every copy into the mapping, in bytes: a multiple of 4, and the copy must
-    /// still fit the buffer.
-    #[arg(short = 'o', long = "offset", value_name = "BYTES", default_value = "0",
-          value_parser = parse_size)]
-    offset: u64,
-
-    /// Sweep the copy size: 1, 2, 4, … bytes up to the largest power of two not above the copy
-    /// size (upstream stops one step below that).
-    #[arg(short = 'l', long = "sweep")]
-    sweep: bool,
-
-    /// Timed copies to the mapping (write) per size.
-    #[arg(short = 'w', long = "write-iters", value_name = "N", default_value = "10000",
-          value_parser = parse_iterations)]
-    write_iters: u64,
-
-    /// Timed copies from the mapping (read) per size.
-    #[arg(short = 'r', long = "read-iters", value_name = "N", default_value = "100",
-          value_parser = parse_iterations)]
-    read_iters: u64,
-
-    #[command(flatten)]
-    common: Common,
-}
+use mtgdrcopy_tests::cli::copybw::Args;
+use mtgdrcopy_tests::tool;
 
 /// What to measure, checked before anything is opened.
 #[derive(Debug)]
@@ -105,9 +62,9 @@ fn plan(args: &Args) -> Result<Plan> {
     })
 }
 
-fn run(term: Term) -> Result<()> {
-    let args = Args::parse();
-    let plan = plan(&args)?;
+fn run(args: &Args, term: Term) -> Result<()> {
+    // Every error of plan() is in the command line.
+    let plan = plan(args).map_err(|e| tool::usage(format!("{e:#}")))?;
     let Output { mut out, export } = Output::open(&args.common)?;
     let env = Env::open(&args.common)?;
     let gpu = &*env.gpu;
@@ -199,17 +156,8 @@ fn label(op: Operation) -> &'static str {
 }
 
 fn main() -> ExitCode {
-    bench::main(run)
-}
-
-#[cfg(test)]
-mod tests {
-    use clap::CommandFactory;
-
-    #[test]
-    fn cli_is_consistent() {
-        super::Args::command().debug_assert();
-    }
+    let args = Args::parse();
+    bench::main("mtgdrcopy_copybw", &args.common, |term| run(&args, term))
 }
 
 #[cfg(test)]

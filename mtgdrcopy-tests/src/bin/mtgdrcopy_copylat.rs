@@ -9,72 +9,30 @@ use std::sync::atomic::{fence, Ordering};
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use gdrapi::MappingType;
-use mtgdrcopy_tests::bench::cli::{parse_iterations, parse_size, Common, MapType};
+use mtgdrcopy_tests::bench::cli::MapType;
 use mtgdrcopy_tests::bench::result::{BenchResult, Direction, Operation, Setup, Tool};
 use mtgdrcopy_tests::bench::session::{
     pattern, pow2_sizes, round_up, verify, DeviceBuffer, Env, Mapping, Output, GPU_PAGE,
 };
 use mtgdrcopy_tests::bench::stats::{summarize, BucketPlan};
 use mtgdrcopy_tests::bench::{self, time_calls, Term};
+use mtgdrcopy_tests::cli::copylat::Args;
 use mtgdrcopy_tests::gdr;
 use mtgdrcopy_tests::gpu::{DevicePtr, Gpu};
-
-/// Copy latency through a GDRCopy mapping of GPU memory.
-///
-/// For every size 1, 2, 4, … bytes up to the buffer size, times `-w` copies into the mapping
-/// (gdr_copy_to_mapping) and `-r` copies out of it (gdr_copy_from_mapping), and with -c the
-/// MUSA runtime's muMemcpyHtoD/DtoH. The copies of one size are split into up to 100 buckets,
-/// each timed as a whole; P50 is the median and P0 the minimum of the buckets' mean time per
-/// copy, in microseconds. Only the CPU side is timed: a copy to the mapping may still be on
-/// its way to the GPU when it returns. Every copy is checked against the data read back
-/// through the driver. Sizes are in bytes; K, M and G suffixes (64K = 65536) are accepted.
-#[derive(Parser, Debug)]
-#[command(name = "mtgdrcopy_copylat", version)]
-struct Args {
-    /// Also time the runtime's memcpy (muMemcpyHtoD and muMemcpyDtoH) for comparison.
-    #[arg(short = 'c', long = "memcpy")]
-    memcpy: bool,
-
-    /// Device buffer size in bytes, rounded up to the 64 KiB GPU page; the largest copy.
-    #[arg(short = 's', long = "size", value_name = "BYTES", default_value = "16777216",
-          value_parser = parse_size)]
-    size: u64,
-
-    /// Timed copies to the device per size. Above 100 it is raised to a multiple of 100 (the
-    /// bucket count), with a warning.
-    #[arg(short = 'w', long = "write-iters", value_name = "N", default_value = "10000",
-          value_parser = parse_iterations)]
-    write_iters: u64,
-
-    /// Timed copies from the device per size; rounded like -w.
-    #[arg(short = 'r', long = "read-iters", value_name = "N", default_value = "100",
-          value_parser = parse_iterations)]
-    read_iters: u64,
-
-    /// Cold cache: before every copy, muMemsetD8 the range (and fence) so that no CPU cache
-    /// holds it; the memset's cost, timed separately, is subtracted. Only meaningful for a
-    /// CACHING mapping, which mtgpu never gives (BAR mappings are write-combined), so here it
-    /// ends in an error that says so.
-    #[arg(short = 'C', long = "cold-cache")]
-    cold_cache: bool,
-
-    #[command(flatten)]
-    common: Common,
-}
+use mtgdrcopy_tests::tool;
 
 /// What the cold-cache memset writes.
 const MEMSET_VALUE: u8 = 0xA5;
 
-fn run(term: Term) -> Result<()> {
-    let args = Args::parse();
+fn run(args: &Args, term: Term) -> Result<()> {
     if args.size == 0 {
-        bail!("the buffer size (-s) must be at least 1 byte");
+        bail!(tool::usage("the buffer size (-s) must be at least 1 byte"));
     }
     if args.cold_cache && matches!(args.common.mapping, MapType::Wc | MapType::Device) {
-        bail!(
+        bail!(tool::usage(format!(
             "cold cache (-C) needs a CACHING mapping: use -M cache or -M default, not -M {}",
             args.common.mapping.name()
-        );
+        )));
     }
     let write = BucketPlan::new(args.write_iters);
     let read = BucketPlan::new(args.read_iters);
@@ -290,15 +248,6 @@ impl Bench<'_> {
 }
 
 fn main() -> ExitCode {
-    bench::main(run)
-}
-
-#[cfg(test)]
-mod tests {
-    use clap::CommandFactory;
-
-    #[test]
-    fn cli_is_consistent() {
-        super::Args::command().debug_assert();
-    }
+    let args = Args::parse();
+    bench::main("mtgdrcopy_copylat", &args.common, |term| run(&args, term))
 }

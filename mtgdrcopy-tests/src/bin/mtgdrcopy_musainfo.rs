@@ -6,37 +6,22 @@ use std::process::ExitCode;
 
 use anyhow::{ensure, Context, Result};
 use clap::Parser;
+use mtgdrcopy_tests::bench::Term;
+use mtgdrcopy_tests::cli::musainfo::Cli;
 use mtgdrcopy_tests::gpu::Gpu;
 use mtgdrcopy_tests::musa;
+use mtgdrcopy_tests::tool::{self, Status};
 
-#[derive(Parser)]
-#[command(
-    version,
-    about = "Show the MUSA driver and devices the mtgdrcopy tools would use"
-)]
-struct Cli {
-    /// Only this device (ordinal); default: every device.
-    #[arg(short = 'd', long = "device", value_name = "N")]
-    device: Option<i32>,
-    /// Also check that device memory round-trips through the driver API (alloc, memcpy both
-    /// ways, memset, managed memory, SYNC_MEMOPS) on the selected device(s).
-    #[arg(long)]
-    check: bool,
-    /// Print the emulated provider's counters (`name: value` lines, from /dev/mtgpu_emu) and
-    /// nothing else: the leak oracle of the test VM.
-    #[arg(long)]
-    emu_stats: bool,
-}
+const PROGRAM: &str = "mtgdrcopy_musainfo";
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(&cli) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("mtgdrcopy_musainfo: {e:#}");
-            ExitCode::FAILURE
-        }
+    if cli.version.version {
+        print!("{}", tool::versions(PROGRAM));
+        return ExitCode::SUCCESS;
     }
+    let outcome = run(&cli).map(|()| Status::Passed);
+    tool::finish(PROGRAM, &Term::detect(), outcome)
 }
 
 fn run(cli: &Cli) -> Result<()> {
@@ -106,7 +91,7 @@ fn check(gpu: &dyn Gpu) -> Result<()> {
     for (seed, size) in CHECK_SIZES.into_iter().enumerate() {
         let ptr = gpu.alloc(size)?;
         if let Err(e) = gpu.set_sync_memops(ptr) {
-            eprintln!("mtgdrcopy_musainfo: warning: {e:#}");
+            eprintln!("{PROGRAM}: warning: {e:#}");
         }
         let res = round_trip(gpu, ptr, size, seed);
         gpu.free(ptr)?;

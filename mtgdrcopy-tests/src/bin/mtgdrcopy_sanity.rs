@@ -3,47 +3,31 @@
 //!
 //! Each case runs in its own forked process group with a timeout. The run ends with the line
 //! `N passed, N failed` (`, N skipped` when any were skipped) and the lists of failed and
-//! skipped cases; the exit status is nonzero when any case failed.
+//! skipped cases, or with TAP or JSON lines (`--format`). Exit status: 0 when no case failed,
+//! 1 when one did, 2 for a usage error, 77 when the machine cannot run the cases (no
+//! libgdrapi, MUSA driver, GPU or backend).
 
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use clap::Parser;
 
+use mtgdrcopy_tests::bench::Term;
+use mtgdrcopy_tests::cli::sanity::Args;
+use mtgdrcopy_tests::sanity::report::Report;
 use mtgdrcopy_tests::sanity::runner::{run_case, run_isolated, Outcome};
 use mtgdrcopy_tests::sanity::{self, Case, Ctx};
+use mtgdrcopy_tests::tool::{self, Status};
 
-/// Sanity checks of GDRCopy for Moore Threads GPUs (libgdrapi, mtgdrdrv and MUSA memory).
-#[derive(Parser, Debug)]
-#[command(name = "mtgdrcopy_sanity", version)]
-struct Args {
-    /// Run only this case (repeatable; regular and extended names).
-    #[arg(short = 't', long = "test", value_name = "NAME")]
-    tests: Vec<String>,
-    /// List the cases and exit.
-    #[arg(short = 'l', long)]
-    list: bool,
-    /// Print a banner per case (&&&& RUNNING|PASSED|FAILED|SKIPPED name) and the cases'
-    /// progress messages.
-    #[arg(short = 'v', long)]
-    verbose: bool,
-    /// MUSA device ordinal.
-    #[arg(short = 'd', long, value_name = "N", default_value_t = 0)]
-    device: i32,
-    /// Also run the extended cases.
-    #[arg(short = 'e', long)]
-    extended: bool,
-    /// Per-case timeout; the case's whole process group is killed after it.
-    #[arg(long, value_name = "SECS", default_value_t = 60,
-          value_parser = clap::value_parser!(u64).range(1..))]
-    timeout: u64,
-}
+const PROGRAM: &str = "mtgdrcopy_sanity";
 
 /// One case to run, or an upstream case that is not ported here (reported as skipped).
 enum Selected {
     Run(Case),
     NotPorted(&'static str, &'static str),
+    NotHere(&'static str),
 }
 
 impl Selected {
@@ -51,30 +35,42 @@ impl Selected {
         match self {
             Selected::Run(c) => c.name,
             Selected::NotPorted(n, _) => n,
+            Selected::NotHere(n) => n,
         }
     }
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    match run(&args) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("mtgdrcopy_sanity: {e:#}");
-            ExitCode::FAILURE
+    if args.version.version {
+        print!("{}", tool::versions(PROGRAM));
+        return ExitCode::SUCCESS;
+    }
+    let outcome = run(&args);
+    if let Err(e) = &outcome {
+        let status = tool::status_of(e);
+        if status != Status::Usage {
+            // The machine-readable formats say why nothing ran, on stdout too.
+            let _ = Report::bail_out(
+                args.format,
+                std::io::stdout().lock(),
+                &format!("{e:#}"),
+                status.code(),
+            );
         }
     }
+    tool::finish(PROGRAM, &Term::detect(), outcome)
 }
 
-/// Runs the selection; `Ok(false)` when a case failed.
-fn run(args: &Args) -> Result<bool> {
+/// Runs the selection.
+fn run(args: &Args) -> Result<Status> {
     let all = sanity::cases();
+    let emulated = sanity::emulated();
     if args.list {
-        list(&all);
-        return Ok(true);
+        list(&all, emulated);
+        return Ok(Status::Passed);
     }
-    let selection = select(&all, args)?;
+    let selection = select(&all, args, emulated)?;
     sanity::set_verbose(args.verbose);
     let ctx = Ctx {
         device: args.device,
@@ -83,17 +79,22 @@ fn run(args: &Args) -> Result<bool> {
     preflight(&ctx, timeout)?;
 
     let start = Instant::now();
-    let mut results: Vec<(&'static str, Outcome)> = Vec::new();
+    let mut report = Report::start(args.format, std::io::stdout().lock(), selection.len())?;
     for sel in &selection {
         let name = sel.name();
         if args.verbose {
             eprintln!("&&&& RUNNING {name}");
         }
         let pins_before = pins_and_mappings();
+        let case_start = Instant::now();
         let outcome = match sel {
             Selected::Run(case) => run_case(case, &ctx, timeout)?,
             Selected::NotPorted(_, why) => Outcome::Skipped(why.to_string()),
+            Selected::NotHere(_) => Outcome::Skipped(
+                "drives the emulated provider (/dev/mtgpu_emu), which only the tests have".into(),
+            ),
         };
+        let seconds = case_start.elapsed().as_secs_f64();
         if let (Some(before), Some(after)) = (pins_before, pins_and_mappings()) {
             if after != before {
                 eprintln!(
@@ -114,42 +115,50 @@ fn run(args: &Args) -> Result<bool> {
             Outcome::Skipped(why) if args.verbose => eprintln!("&&&& SKIPPED {name} ({why})"),
             Outcome::Skipped(_) => {}
         }
-        results.push((name, outcome));
+        report.case(name, outcome, seconds)?;
     }
     if args.verbose {
         eprintln!(
             "ran {} cases in {:.1} s",
-            results.len(),
+            selection.len(),
             start.elapsed().as_secs_f64()
         );
     }
-    Ok(summary(&results))
+    Ok(if report.finish()? {
+        Status::Passed
+    } else {
+        Status::Failed
+    })
 }
 
-fn list(all: &[Case]) {
-    println!("Tests:");
-    for c in all.iter().filter(|c| !c.extended) {
-        println!("    {}", c.name);
+/// The cases, in groups; those that drive the emulator only where it exists.
+fn list(all: &[Case], emulated: bool) {
+    let mut out = std::io::stdout().lock();
+    let listed = |c: &&Case| emulated || !c.emulator_only;
+    let _ = writeln!(out, "Tests:");
+    for c in all.iter().filter(listed).filter(|c| !c.extended) {
+        let _ = writeln!(out, "    {}", c.name);
     }
-    println!("Extended tests:");
-    for c in all.iter().filter(|c| c.extended) {
-        println!("    {}", c.name);
+    let _ = writeln!(out, "Extended tests:");
+    for c in all.iter().filter(listed).filter(|c| c.extended) {
+        let _ = writeln!(out, "    {}", c.name);
     }
-    println!("Not ported ({}):", sanity::VMM_REASON);
+    let _ = writeln!(out, "Not ported ({}):", sanity::VMM_REASON);
     let mut names: Vec<&str> = sanity::NOT_PORTED.iter().map(|(n, _)| *n).collect();
     names.sort();
     for n in names {
-        println!("    {n}");
+        let _ = writeln!(out, "    {n}");
     }
 }
 
 /// The cases to run: those named with -t (in the order given), else every regular case and,
-/// with -e, the extended ones.
-fn select(all: &[Case], args: &Args) -> Result<Vec<Selected>> {
+/// with -e, the extended ones; cases that drive the emulator only where it exists.
+fn select(all: &[Case], args: &Args, emulated: bool) -> Result<Vec<Selected>> {
     if args.tests.is_empty() {
         return Ok(all
             .iter()
             .filter(|c| args.extended || !c.extended)
+            .filter(|c| emulated || !c.emulator_only)
             .map(|c| Selected::Run(*c))
             .collect());
     }
@@ -159,80 +168,76 @@ fn select(all: &[Case], args: &Args) -> Result<Vec<Selected>> {
             continue;
         }
         if let Some(c) = all.iter().find(|c| c.name == name) {
-            out.push(Selected::Run(*c));
+            out.push(if emulated || !c.emulator_only {
+                Selected::Run(*c)
+            } else {
+                Selected::NotHere(c.name)
+            });
         } else if let Some((n, why)) = sanity::NOT_PORTED.iter().find(|(n, _)| n == name) {
             out.push(Selected::NotPorted(n, why));
         } else {
             let known = all
                 .iter()
+                .filter(|c| emulated || !c.emulator_only)
                 .map(|c| c.name)
                 .chain(sanity::NOT_PORTED.iter().map(|(n, _)| *n));
             let close = sanity::close_names(name, known);
             if close.is_empty() {
-                bail!("unknown test {name:?} (-l lists them)");
+                bail!(tool::usage(format!(
+                    "unknown test {name:?} (-l lists them)"
+                )));
             }
-            bail!(
+            bail!(tool::usage(format!(
                 "unknown test {name:?}; did you mean: {}? (-l lists them)",
                 close.join(", ")
-            );
+            )));
         }
     }
     Ok(out)
 }
 
 /// Checks, in a forked process (the harness itself never initialises MUSA, which would not
-/// survive fork), that libgdrapi loads, the device opens and the driver answers. Any failure is
-/// one line.
+/// survive fork), that libgdrapi loads, the device opens and a backend answers. A failure is
+/// one line and means the machine cannot run the cases (exit status 77).
 fn preflight(ctx: &Ctx, timeout: Duration) -> Result<()> {
     let device = ctx.device;
     let outcome = run_isolated(
         || {
             let api = mtgdrcopy_tests::gdr::api()?;
             let gpu = ctx.gpu()?;
-            let gdr = api_open(api)?;
+            // SAFETY: gdr_open takes no arguments; a NULL return is handled.
+            let g = unsafe { (api.open)() };
+            if g.is_null() {
+                return Err(tool::open_failure(std::io::Error::last_os_error()));
+            }
+            let mut dmabuf = 0;
+            // SAFETY: `g` is open and `dmabuf` a valid out pointer.
+            let rc = unsafe {
+                (api.get_attribute)(g, gdrapi::Attribute::UsingDmaBufMmap as i32, &mut dmabuf)
+            };
+            // SAFETY: `g` is open and not used afterwards.
+            unsafe { (api.close)(g) };
+            if let Some(warning) = tool::fallback_warning(rc == 0 && dmabuf != 0) {
+                eprintln!("{PROGRAM}: warning: {warning}");
+            }
             if sanity::verbose() {
-                let (mut maj, mut min) = (0, 0);
-                // SAFETY: both are valid out pointers.
-                unsafe { (api.runtime_get_version)(&mut maj, &mut min) };
-                let mut dmaj = -1;
-                let mut dmin = -1;
-                // SAFETY: `gdr` is live; both are valid out pointers.
-                unsafe { (api.driver_get_version)(gdr, &mut dmaj, &mut dmin) };
+                eprint!("{}", tool::versions(PROGRAM));
                 eprintln!(
-                    "GPU {device}: {} ({}), MUSA driver {}; libgdrapi {maj}.{min}, mtgdrdrv \
-                     {dmaj}.{dmin}",
+                    "GPU {device}:      {} ({})",
                     gpu.name(),
                     gpu.pci_bus_id().unwrap_or_else(|| "bus id unknown".into()),
-                    gpu.driver_version()
-                        .map(|v| v.to_string())
-                        .unwrap_or_else(|_| "?".into()),
                 );
             }
-            // SAFETY: `gdr` is live and not used afterwards.
-            unsafe { (api.close)(gdr) };
             Ok(())
         },
         timeout,
     )?;
     match outcome {
         Outcome::Passed => Ok(()),
-        Outcome::Failed(why) | Outcome::Skipped(why) => bail!(why),
+        Outcome::Failed(why) | Outcome::Skipped(why) => {
+            Err(tool::unavailable(anyhow::anyhow!(why)))
+        }
     }
-}
-
-/// `gdr_open`, with the reason on failure.
-fn api_open(api: &mtgdrcopy_tests::gdr::Api) -> Result<mtgdrcopy_tests::gdr::gdr_t> {
-    // SAFETY: gdr_open takes no arguments.
-    let g = unsafe { (api.open)() };
-    if g.is_null() {
-        let e = std::io::Error::last_os_error();
-        bail!(
-            "gdr_open failed: {e} (is the mtgdrdrv module loaded and {} accessible? \
-             GDRCOPY_ENABLE_LOGGING=1 says more)",
-            gdrapi::DEVICE_PATH
-        );
-    }
-    Ok(g)
 }
 
 /// The module's outstanding pins and mappings, when its counters are readable.
@@ -245,38 +250,4 @@ fn pins_and_mappings() -> Option<(i64, i64)> {
         })
     };
     Some((get("pins_outstanding")?, get("mappings")?))
-}
-
-/// Prints the summary; true when nothing failed.
-fn summary(results: &[(&str, Outcome)]) -> bool {
-    let count = |f: fn(&Outcome) -> bool| results.iter().filter(|(_, o)| f(o)).count();
-    let passed = count(|o| matches!(o, Outcome::Passed));
-    let failed = count(|o| matches!(o, Outcome::Failed(_)));
-    let skipped = count(|o| matches!(o, Outcome::Skipped(_)));
-    let mut line = format!("{passed} passed, {failed} failed");
-    if skipped > 0 {
-        line += &format!(", {skipped} skipped");
-    }
-    println!("{line}");
-    if failed > 0 {
-        println!("Failed:");
-        for (name, o) in results {
-            if let Outcome::Failed(why) = o {
-                println!("    {name}: {}", first_line(why));
-            }
-        }
-    }
-    if skipped > 0 {
-        println!("Skipped:");
-        for (name, o) in results {
-            if let Outcome::Skipped(why) = o {
-                println!("    {name}: {why}");
-            }
-        }
-    }
-    failed == 0
-}
-
-fn first_line(s: &str) -> &str {
-    s.lines().next().unwrap_or("")
 }

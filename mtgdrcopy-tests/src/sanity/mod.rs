@@ -31,7 +31,9 @@ mod dmabuf;
 mod faults;
 mod invalidation;
 mod leakage;
+pub mod report;
 pub mod runner;
+pub use support::emulated;
 mod support;
 
 /// What every case gets: the device to use.
@@ -96,21 +98,28 @@ pub struct Case {
     pub run: fn(&Ctx) -> Result<()>,
     /// Extended cases run only with `-e` or when named with `-t`.
     pub extended: bool,
+    /// Cases that drive the emulated provider (fault injection, the emulated libmusa's dma-buf
+    /// modes): listed and run only where /dev/mtgpu_emu exists; named with `-t` elsewhere,
+    /// they are reported skipped.
+    pub emulator_only: bool,
 }
 
 macro_rules! case {
     ($module:ident :: $f:ident) => {
-        Case {
-            name: stringify!($f),
-            run: $module::$f,
-            extended: false,
-        }
+        case!(@ $module::$f, false, false)
     };
     (extended $module:ident :: $f:ident) => {
+        case!(@ $module::$f, true, false)
+    };
+    (emulated $module:ident :: $f:ident) => {
+        case!(@ $module::$f, false, true)
+    };
+    (@ $module:ident :: $f:ident, $extended:expr, $emulator_only:expr) => {
         Case {
             name: stringify!($f),
             run: $module::$f,
-            extended: true,
+            extended: $extended,
+            emulator_only: $emulator_only,
         }
     };
 }
@@ -136,18 +145,18 @@ pub fn cases() -> Vec<Case> {
         case!(data_validation::data_validation_mumemalloc),
         case!(data_validation::data_validation_v2_forcepci_mumemalloc),
         case!(data_validation::data_validation_v2_mumemalloc),
-        case!(dmabuf::dmabuf_backend_differences),
-        case!(dmabuf::dmabuf_close_ordering),
-        case!(dmabuf::dmabuf_fd_closed_on_gdr_close),
-        case!(dmabuf::dmabuf_fd_closed_on_unpin),
-        case!(dmabuf::dmabuf_fork),
-        case!(dmabuf::dmabuf_host_page_granule),
-        case!(dmabuf::dmabuf_refused_mmap),
-        case!(dmabuf::dmabuf_unsupported_device),
-        case!(faults::fault_get_pages_bad_page_size),
-        case!(faults::fault_get_pages_bad_version),
-        case!(faults::fault_get_pages_einval),
-        case!(faults::fault_get_pages_enomem),
+        case!(emulated dmabuf::dmabuf_backend_differences),
+        case!(emulated dmabuf::dmabuf_close_ordering),
+        case!(emulated dmabuf::dmabuf_fd_closed_on_gdr_close),
+        case!(emulated dmabuf::dmabuf_fd_closed_on_unpin),
+        case!(emulated dmabuf::dmabuf_fork),
+        case!(emulated dmabuf::dmabuf_host_page_granule),
+        case!(emulated dmabuf::dmabuf_refused_mmap),
+        case!(emulated dmabuf::dmabuf_unsupported_device),
+        case!(emulated faults::fault_get_pages_bad_page_size),
+        case!(emulated faults::fault_get_pages_bad_version),
+        case!(emulated faults::fault_get_pages_einval),
+        case!(emulated faults::fault_get_pages_enomem),
         case!(invalidation::invalidation_access_after_free_mumemalloc),
         case!(invalidation::invalidation_access_after_gdr_close_mumemalloc),
         case!(invalidation::invalidation_access_after_unpin_mumemalloc),

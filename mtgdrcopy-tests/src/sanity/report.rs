@@ -1,0 +1,250 @@
+//! mtgdrcopy_sanity's results on standard output, in the format `--format` asks for: the
+//! human-readable summary, TAP version 14, or JSON lines. Progress and warnings go to standard
+//! error in every format, so standard output stays parseable.
+
+use std::io::{self, Write};
+
+use serde::Serialize;
+
+use super::runner::Outcome;
+use crate::cli::sanity::Format;
+
+/// Writes results as they come.
+pub struct Report<W: Write> {
+    format: Format,
+    out: W,
+    results: Vec<(&'static str, Outcome)>,
+}
+
+#[derive(Serialize)]
+struct CaseLine<'a> {
+    case: &'a str,
+    outcome: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'a str>,
+    seconds: f64,
+}
+
+#[derive(Serialize)]
+struct SummaryLine {
+    passed: usize,
+    failed: usize,
+    skipped: usize,
+}
+
+#[derive(Serialize)]
+struct SummaryRecord {
+    summary: SummaryLine,
+}
+
+#[derive(Serialize)]
+struct ErrorRecord<'a> {
+    error: &'a str,
+    exit_status: u8,
+}
+
+impl<W: Write> Report<W> {
+    /// Starts a run of `planned` cases (TAP's version line and plan).
+    pub fn start(format: Format, mut out: W, planned: usize) -> io::Result<Report<W>> {
+        if format == Format::Tap {
+            writeln!(out, "TAP version 14")?;
+            writeln!(out, "1..{planned}")?;
+            out.flush()?;
+        }
+        Ok(Report {
+            format,
+            out,
+            results: Vec::new(),
+        })
+    }
+
+    /// A run that could not start (no case ran): TAP's `Bail out!`, a JSON `error` record;
+    /// nothing in text format, where the error goes to standard error alone.
+    pub fn bail_out(format: Format, mut out: W, message: &str, status: u8) -> io::Result<()> {
+        let line = message.lines().next().unwrap_or("");
+        match format {
+            Format::Text => return Ok(()),
+            Format::Tap => writeln!(out, "Bail out! {line}")?,
+            Format::JsonLines => {
+                let record = ErrorRecord {
+                    error: message,
+                    exit_status: status,
+                };
+                writeln!(out, "{}", json(&record))?;
+            }
+        }
+        out.flush()
+    }
+
+    /// One case's result, written at once (TAP and JSON lines).
+    pub fn case(&mut self, name: &'static str, outcome: Outcome, seconds: f64) -> io::Result<()> {
+        let n = self.results.len() + 1;
+        match self.format {
+            Format::Text => {}
+            Format::Tap => match &outcome {
+                Outcome::Passed => writeln!(self.out, "ok {n} - {name}")?,
+                Outcome::Skipped(why) => {
+                    writeln!(self.out, "ok {n} - {name} # SKIP {}", one_line(why))?
+                }
+                Outcome::Failed(why) => {
+                    writeln!(self.out, "not ok {n} - {name}")?;
+                    // A YAML diagnostic block; the message as a literal block scalar.
+                    writeln!(self.out, "  ---\n  message: |")?;
+                    for l in why.lines() {
+                        writeln!(self.out, "    {l}")?;
+                    }
+                    writeln!(self.out, "  ...")?;
+                }
+            },
+            Format::JsonLines => {
+                let (word, reason) = match &outcome {
+                    Outcome::Passed => ("passed", None),
+                    Outcome::Failed(why) => ("failed", Some(why.as_str())),
+                    Outcome::Skipped(why) => ("skipped", Some(why.as_str())),
+                };
+                let line = CaseLine {
+                    case: name,
+                    outcome: word,
+                    reason,
+                    seconds: (seconds * 1000.0).round() / 1000.0,
+                };
+                writeln!(self.out, "{}", json(&line))?;
+            }
+        }
+        self.out.flush()?;
+        self.results.push((name, outcome));
+        Ok(())
+    }
+
+    /// The summary; true when no case failed.
+    pub fn finish(mut self) -> io::Result<bool> {
+        let count = |f: fn(&Outcome) -> bool| self.results.iter().filter(|(_, o)| f(o)).count();
+        let passed = count(|o| matches!(o, Outcome::Passed));
+        let failed = count(|o| matches!(o, Outcome::Failed(_)));
+        let skipped = count(|o| matches!(o, Outcome::Skipped(_)));
+        match self.format {
+            Format::Text => self.text_summary(passed, failed, skipped)?,
+            Format::Tap => writeln!(
+                self.out,
+                "# {passed} passed, {failed} failed, {skipped} skipped"
+            )?,
+            Format::JsonLines => {
+                let record = SummaryRecord {
+                    summary: SummaryLine {
+                        passed,
+                        failed,
+                        skipped,
+                    },
+                };
+                writeln!(self.out, "{}", json(&record))?;
+            }
+        }
+        self.out.flush()?;
+        Ok(failed == 0)
+    }
+
+    /// `N passed, N failed[, N skipped]`, then the failed and the skipped cases with why.
+    fn text_summary(&mut self, passed: usize, failed: usize, skipped: usize) -> io::Result<()> {
+        let mut line = format!("{passed} passed, {failed} failed");
+        if skipped > 0 {
+            line += &format!(", {skipped} skipped");
+        }
+        writeln!(self.out, "{line}")?;
+        if failed > 0 {
+            writeln!(self.out, "Failed:")?;
+            for (name, o) in &self.results {
+                if let Outcome::Failed(why) = o {
+                    writeln!(self.out, "    {name}: {}", one_line(why))?;
+                }
+            }
+        }
+        if skipped > 0 {
+            writeln!(self.out, "Skipped:")?;
+            for (name, o) in &self.results {
+                if let Outcome::Skipped(why) = o {
+                    writeln!(self.out, "    {name}: {why}")?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn one_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
+}
+
+/// One JSON line; serializing these plain structs cannot fail.
+fn json(value: &impl Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(format: Format) -> (String, bool) {
+        let mut buf = Vec::new();
+        let mut r = Report::start(format, &mut buf, 3).unwrap();
+        r.case("a_case", Outcome::Passed, 0.5).unwrap();
+        r.case("b_case", Outcome::Failed("bad data\nbyte 3".into()), 1.0)
+            .unwrap();
+        r.case("c_case", Outcome::Skipped("needs X".into()), 0.0)
+            .unwrap();
+        let ok = r.finish().unwrap();
+        (String::from_utf8(buf).unwrap(), ok)
+    }
+
+    #[test]
+    fn tap_has_a_plan_and_one_point_per_case() {
+        let (out, ok) = run(Format::Tap);
+        assert!(!ok);
+        assert_eq!(
+            out,
+            "TAP version 14\n1..3\nok 1 - a_case\nnot ok 2 - b_case\n  ---\n  message: |\n    \
+             bad data\n    byte 3\n  ...\nok 3 - c_case # SKIP needs X\n\
+             # 1 passed, 1 failed, 1 skipped\n"
+        );
+    }
+
+    #[test]
+    fn json_lines_are_one_object_each() {
+        let (out, _) = run(Format::JsonLines);
+        let lines: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 4);
+        assert_eq!(lines[0]["case"], "a_case");
+        assert_eq!(lines[0]["outcome"], "passed");
+        assert!(lines[0].get("reason").is_none());
+        assert_eq!(lines[1]["outcome"], "failed");
+        assert_eq!(lines[1]["reason"], "bad data\nbyte 3");
+        assert_eq!(lines[2]["outcome"], "skipped");
+        assert_eq!(lines[3]["summary"]["failed"], 1);
+    }
+
+    #[test]
+    fn text_is_the_summary_and_the_lists() {
+        let (out, _) = run(Format::Text);
+        assert_eq!(
+            out,
+            "1 passed, 1 failed, 1 skipped\nFailed:\n    b_case: bad data\nSkipped:\n    \
+             c_case: needs X\n"
+        );
+    }
+
+    #[test]
+    fn bail_out_lines() {
+        let mut buf = Vec::new();
+        Report::bail_out(Format::Tap, &mut buf, "no GPU\nmore", 77).unwrap();
+        assert_eq!(String::from_utf8(buf).unwrap(), "Bail out! no GPU\n");
+        let mut buf = Vec::new();
+        Report::bail_out(Format::JsonLines, &mut buf, "no GPU", 77).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&buf).unwrap();
+        assert_eq!(
+            (v["error"].as_str(), v["exit_status"].as_u64()),
+            (Some("no GPU"), Some(77))
+        );
+    }
+}
