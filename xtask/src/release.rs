@@ -206,6 +206,7 @@ pub fn cli(args: Args) -> Result<()> {
                     no_vm: quick,
                     no_matrix: quick,
                     no_cross: quick,
+                    only: Vec::new(),
                 })
             }
             Tests::None => {

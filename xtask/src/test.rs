@@ -20,6 +20,10 @@ pub struct Args {
     /// Skip the arm64 cross build and its tests under qemu-user (cross.rs).
     #[arg(long)]
     pub no_cross: bool,
+    /// Run only the steps whose name contains TEXT (case-insensitive; repeatable), e.g.
+    /// `--only qemu` for the VM tests: for a developer between changes, not for CI.
+    #[arg(long, value_name = "TEXT")]
+    pub only: Vec<String>,
 }
 
 pub type Step<'a> = (&'static str, Box<dyn Fn(&Shell) -> Result<()> + 'a>);
@@ -75,12 +79,23 @@ pub fn run(args: Args) -> Result<()> {
     // The .debs, lintian on them, and (with the VM) their install test.
     steps.extend(crate::pkgtest::test_steps(!args.no_vm));
 
+    if !args.only.is_empty() {
+        let wanted = |name: &str| {
+            let name = name.to_lowercase();
+            args.only.iter().any(|t| name.contains(&t.to_lowercase()))
+        };
+        steps.retain(|(name, _)| wanted(name));
+        anyhow::ensure!(!steps.is_empty(), "--only {:?} matches no step", args.only);
+    }
+
     let mut failed = Vec::new();
+    let mut times = Vec::new();
     for (name, step) in &steps {
         eprintln!("==> {name}");
         let start = Instant::now();
         let result = step(&sh);
         let secs = start.elapsed().as_secs_f64();
+        times.push((*name, secs, result.is_ok()));
         match result {
             Ok(()) => eprintln!("    ok: {name} ({secs:.1} s)"),
             Err(e) => {
@@ -89,6 +104,13 @@ pub fn run(args: Args) -> Result<()> {
             }
         }
     }
+    eprintln!("\nstep times:");
+    for (name, secs, ok) in &times {
+        let verdict = if *ok { "ok" } else { "FAILED" };
+        eprintln!("  {secs:>7.1} s  {verdict:<6}  {name}");
+    }
+    let total: f64 = times.iter().map(|(_, s, _)| s).sum();
+    eprintln!("  {total:>7.1} s  total");
     println!(
         "xtask: {} passed, {} failed",
         steps.len() - failed.len(),
