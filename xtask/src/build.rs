@@ -1,7 +1,8 @@
 //! `cargo xtask build [all|driver|lib|exes]...` and `cargo xtask clean`: what upstream GDRCopy's
 //! Makefile did (`make all`, `make driver lib exes`, `make clean`).
 //!
-//! - `lib`: `libgdrapi.so.1` and `libgdrapi.a` (release) in target/release.
+//! - `lib`: `libgdrapi.so`, its soname link `libgdrapi.so.1` and `libgdrapi.a` (release) in
+//!   target/release.
 //! - `exes`: the mtgdrcopy-tests programs (release) in target/release.
 //! - `driver`: `mtgdrdrv.ko` for one kernel (default: the running one), built from a copy of
 //!   mtgdrdrv/kmod in build/driver/<release>/ so the source tree stays clean; `insmod.sh` loads
@@ -96,11 +97,7 @@ pub fn cli(args: Args) -> Result<()> {
         return Ok(());
     }
     if wants(Component::Lib) {
-        lib(&sh)?;
-        println!(
-            "{}",
-            paths::root().join("target/release/libgdrapi.so").display()
-        );
+        println!("{}", lib(&sh)?.display());
     }
     if wants(Component::Exes) {
         exes(&sh)?;
@@ -187,12 +184,24 @@ pub fn encode_rustflags(flags: &[String]) -> String {
     flags.join("\x1f")
 }
 
-/// libgdrapi: cdylib (soname libgdrapi.so.1) and staticlib, release profile.
-pub fn lib(sh: &Shell) -> Result<()> {
+/// libgdrapi: cdylib (soname libgdrapi.so.1) and staticlib, release profile, with the soname
+/// link beside the library (what `ldconfig -n` made in upstream's Makefile): the tools load
+/// `libgdrapi.so.1`, so `LD_LIBRARY_PATH=target/release` is all a source tree needs. Returns
+/// the link's path.
+pub fn lib(sh: &Shell) -> Result<PathBuf> {
     let _cwd = sh.push_dir(paths::root());
     cmd!(sh, "cargo build --quiet --release -p libgdrapi")
         .run()
-        .context("building libgdrapi")
+        .context("building libgdrapi")?;
+    let release = paths::root().join("target/release");
+    let link = release.join(soname());
+    crate::stage::put_symlink("libgdrapi.so", &link)?;
+    Ok(link)
+}
+
+/// `libgdrapi.so.<major>`.
+pub fn soname() -> String {
+    format!("libgdrapi.so.{}", gdrapi::GDR_API_MAJOR_VERSION)
 }
 
 /// The mtgdrcopy-tests programs, release profile.

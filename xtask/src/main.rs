@@ -90,6 +90,8 @@ enum Command {
     BuildTests,
     /// Stage the mtgdrcopy metapackage's tree in build/pkg/mtgdrcopy.
     BuildMeta,
+    /// Stage every package's tree in build/pkg/ (the four above; the old `make build`).
+    BuildAll,
     /// Build the mtgdrdrv-dkms .deb into build/.
     DebKmod(deb::Args),
     /// Build the libgdrapi .deb into build/.
@@ -131,10 +133,11 @@ fn main() -> Result<()> {
         Command::Build(args) => build::cli(args),
         Command::Clean => build::clean(),
         Command::Install(args) => install::cli(args),
-        Command::BuildKmod => stage::cli(Package::Kmod),
-        Command::BuildLib => stage::cli(Package::Lib),
-        Command::BuildTests => stage::cli(Package::Tests),
-        Command::BuildMeta => stage::cli(Package::Meta),
+        Command::BuildKmod => stage::cli(&[Package::Kmod]),
+        Command::BuildLib => stage::cli(&[Package::Lib]),
+        Command::BuildTests => stage::cli(&[Package::Tests]),
+        Command::BuildMeta => stage::cli(&[Package::Meta]),
+        Command::BuildAll => stage::cli(&Package::SPLIT),
         Command::DebKmod(args) => deb::cli(Which::One(Package::Kmod), args),
         Command::DebLib(args) => deb::cli(Which::One(Package::Lib), args),
         Command::DebTests(args) => deb::cli(Which::One(Package::Tests), args),
@@ -176,6 +179,71 @@ mod tests {
                     "cargo xtask {command} {name}"
                 );
             }
+        }
+    }
+
+    /// The backticked words of a table cell.
+    fn quoted(cell: &str) -> Vec<&str> {
+        cell.split('`').skip(1).step_by(2).collect()
+    }
+
+    #[test]
+    fn every_make_target_of_the_readme_table_is_an_xtask_command() {
+        let readme = std::fs::read_to_string(paths::root().join("README.md")).unwrap();
+        let table = readme
+            .split_once("### The old Makefile's targets\n")
+            .expect("the README's make-target table")
+            .1
+            .split("\n\n")
+            .map(str::trim)
+            .find(|block| block.starts_with('|'))
+            .expect("a table under the heading");
+        let mut targets = Vec::new();
+        for row in table.lines().skip(2) {
+            let cells: Vec<&str> = row.split(" | ").collect();
+            assert_eq!(cells.len(), 2, "{row}");
+            let make = quoted(cells[0]);
+            let xtask = if cells[1].contains("the same names") {
+                make.clone()
+            } else {
+                quoted(cells[1])
+            };
+            assert!(!xtask.is_empty(), "{row}");
+            for command in xtask {
+                let argv = std::iter::once("cargo xtask").chain(command.split_whitespace());
+                if let Err(e) = Cli::try_parse_from(argv) {
+                    panic!("`cargo xtask {command}` ({row}): {e}");
+                }
+            }
+            targets.extend(make.iter().map(|t| t.to_string()));
+        }
+        for target in [
+            "all",
+            "driver",
+            "lib",
+            "exes",
+            "clean",
+            "install",
+            "lib_install",
+            "exes_install",
+            "drv_install",
+            "build",
+            "deb",
+            "deb-bundle",
+            "build-kmod",
+            "build-lib",
+            "build-tests",
+            "build-meta",
+            "deb-kmod",
+            "deb-lib",
+            "deb-tests",
+            "deb-meta",
+            "deb-all",
+        ] {
+            assert!(
+                targets.iter().any(|t| t.split(' ').next() == Some(target)),
+                "make {target} is not in the README's table: {targets:?}"
+            );
         }
     }
 }

@@ -71,6 +71,10 @@ pub fn test_steps(vm: bool) -> Vec<Step<'static>> {
             Box::new(move |sh: &Shell| contents_check(sh, &built(sh, &d1)?)),
         ),
         (
+            "packages: build-all stages every package tree (make build)",
+            Box::new(crate::stage::build_all_test_step),
+        ),
+        (
             "packages: lintian on every .deb",
             Box::new(move |sh: &Shell| lintian(sh, &built(sh, &d2)?)),
         ),

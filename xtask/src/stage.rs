@@ -138,13 +138,34 @@ fn packaged(sh: &Shell, ws: &Workspace) -> Result<()> {
 }
 
 /// `cargo xtask build-<package>`.
-pub fn cli(package: Package) -> Result<()> {
+pub fn cli(packages: &[Package]) -> Result<()> {
     let sh = Shell::new()?;
     sh.change_dir(paths::root());
-    let ws = Workspace::load(&sh)?;
+    for tree in stage_all(&sh, packages)? {
+        println!("{}", tree.display());
+    }
+    Ok(())
+}
+
+/// Stages `packages` (`cargo xtask build-*`) and returns their trees.
+pub fn stage_all(sh: &Shell, packages: &[Package]) -> Result<Vec<PathBuf>> {
+    let ws = Workspace::load(sh)?;
     let _lock = lock()?;
-    let tree = stage(&sh, &ws, package)?;
-    println!("{}", tree.display());
+    packages.iter().map(|&p| stage(sh, &ws, p)).collect()
+}
+
+/// The test step of `cargo xtask build-all` (the old `make build`): every package's tree is
+/// staged, each with its control file.
+pub fn build_all_test_step(sh: &Shell) -> Result<()> {
+    let trees = stage_all(sh, &Package::SPLIT)?;
+    anyhow::ensure!(trees.len() == Package::SPLIT.len(), "staged {trees:?}");
+    for (tree, package) in trees.iter().zip(Package::SPLIT) {
+        anyhow::ensure!(
+            *tree == package.tree() && tree.join("DEBIAN/control").is_file(),
+            "build-all did not stage {} with DEBIAN/control",
+            package.tree().display()
+        );
+    }
     Ok(())
 }
 

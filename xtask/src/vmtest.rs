@@ -3,6 +3,8 @@
 //! test binary, load, test, unload, and judge the run by the tests' exit code, the kernel log
 //! and the leak counters.
 
+mod from_source;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -324,6 +326,28 @@ for page in 4096 65536 2097152; do
     echo "MTGDRCOPY-SANITY-PAGE $page"
     MTGPU_EMU_PAGE_SIZE=$page mtgdrcopy_sanity -e || rc=1
 done
+step tool-status
+# Exit statuses and --json with the environment present (without it: mtgdrcopy-tests/tests/tools.rs).
+expect_exit() {
+    want=$1
+    shift
+    "$@" >/tmp/tool.out 2>&1
+    got=$?
+    echo "MTGDRCOPY-EXIT want=$want got=$got $*"
+    [ "$got" = "$want" ] || { sed 's/^/    /' /tmp/tool.out; rc=1; }
+}
+expect_exit 0 mtgdrcopy_copybw -s 64K -w 10 -r 10 --json /tmp/bw.json
+grep -q '"tool": "copybw"' /tmp/bw.json || { echo "MTGDRCOPY-FAIL no copybw report in --json"; rc=1; }
+echo previous >/tmp/old.json
+expect_exit 1 mtgdrcopy_copybw -s 64K -w 10 -r 10 -M cache --json /tmp/old.json
+[ "$(cat /tmp/old.json)" = previous ] || { echo "MTGDRCOPY-FAIL a failed run replaced its --json file"; rc=1; }
+ls -a /tmp | grep -q '[.]tmp$' && { echo "MTGDRCOPY-FAIL a --json temporary file was left"; rc=1; }
+expect_exit 2 mtgdrcopy_copybw -o 6
+expect_exit 0 mtgdrcopy_sanity -t basic_mumemalloc -t fault_get_pages_enomem --format tap
+n=$(grep -c '^ok [12] - ' /tmp/tool.out)
+echo "MTGDRCOPY-TAP-OK $n"
+[ "$n" = 2 ] && grep -q '^1[.][.]2$' /tmp/tool.out || { cat /tmp/tool.out; rc=1; }
+mtgdrcopy_copybw --version | grep -q '^driver: *mtgdrdrv ' || { echo "MTGDRCOPY-FAIL --version names no mtgdrdrv"; rc=1; }
 step sanity-dmabuf
 # The dma-buf backend, forced while the module is loaded.
 echo "MTGDRCOPY-SANITY-PAGE dmabuf-forced"
@@ -342,8 +366,15 @@ mtgdrcopy_sanity || rc=1
 n=$(MTGPU_EMU_DMABUF=no-mmap GDRCOPY_ENABLE_LOGGING=1 mtgdrcopy_sanity -t dmabuf_refused_mmap 2>&1 | grep -c 'mmap of the MUSA dma-buf was refused')
 echo "MTGDRCOPY-REFUSED-MMAP-LINES $n"
 [ "$n" = 1 ] || rc=1
+# Neither backend: no module, and a device whose driver exports no dma-buf.
+expect_exit 77 env MTGPU_EMU_DMABUF=off mtgdrcopy_copybw
+grep -q 'mtgdrdrv is not loaded' /tmp/tool.out || { echo "MTGDRCOPY-FAIL the hint does not say mtgdrdrv is not loaded"; rc=1; }
 mtgdrcopy_musainfo --emu-stats | sed 's/^/MTGDRCOPY-COUNTER /'
 rmmod mtgpu_emu || fail "rmmod mtgpu_emu (a dma-buf still holds it?)"
+# No GPU at all: the emulated libmusa finds no device.
+expect_exit 77 mtgdrcopy_copybw
+expect_exit 77 mtgdrcopy_sanity --format tap
+grep -q '^Bail out! ' /tmp/tool.out || { echo "MTGDRCOPY-FAIL no TAP bail-out"; rc=1; }
 step disabled
 # mtgpu as its vendor's DKMS post_install leaves it: loaded with disable_driver=1, symbols
 # exported, PCI driver not registered. Pins fail with ENODEV and never reach the provider
@@ -357,6 +388,7 @@ echo "MTGDRCOPY-DISABLED-LINES $n"
 [ "$n" -ge 2 ] && [ "$n" -le 11 ] || rc=1
 rmmod mtgdrdrv || fail "rmmod mtgdrdrv (disabled provider)"
 rmmod mtgpu_emu || fail "rmmod mtgpu_emu (disable_driver=1)"
+@FROM_SOURCE@
 step done
 exit $rc
 "#;
@@ -457,9 +489,19 @@ pub fn run_module_tests(sh: &Shell, kernel: &Kernel) -> Result<()> {
         .ok()
         .filter(|v| v.parse::<u64>().is_ok())
         .unwrap_or_else(|| "100000".into());
+    // The README's from-source lines build the module with this machine's compiler, so only
+    // for a kernel built here (the 6.1 run; the matrix's chroot kernels skip it).
+    let from_source = if kernel.builder == Builder::Host {
+        let (files, step) = from_source::prepare(sh, kernel)?;
+        spec.files.extend(files);
+        step
+    } else {
+        String::new()
+    };
     spec.script = SCRIPT
         .replace("@FUZZ_SEED@", &seed)
-        .replace("@FUZZ_OPS@", &ops);
+        .replace("@FUZZ_OPS@", &ops)
+        .replace("@FROM_SOURCE@\n", &from_source);
     let log = paths::build_dir()
         .join("vm")
         .join(format!("module-tests-{}.log", kernel.release));
@@ -467,8 +509,42 @@ pub fn run_module_tests(sh: &Shell, kernel: &Kernel) -> Result<()> {
     let outcome = vm::run(&spec, &log)?;
     timed("VM run", t);
     print_guest_steps(&outcome.console);
-    judge(&outcome, &log)
+    judge(&outcome, &log)?;
+    check_tool_statuses(&outcome.console, &log)?;
+    if !from_source.is_empty() {
+        from_source::check(&outcome.console, &log)?;
+    }
+    Ok(())
 }
+
+/// The `expect_exit` lines of [`SCRIPT`]: each tool ended with the status it should, and all
+/// of them ran.
+fn check_tool_statuses(console: &str, log: &Path) -> Result<()> {
+    let exits: Vec<&str> = console
+        .lines()
+        .filter_map(|l| l.trim_end_matches('\r').strip_prefix("MTGDRCOPY-EXIT "))
+        .collect();
+    for line in &exits {
+        eprintln!("      guest exit status: {line}");
+        let mut f = line.split_whitespace();
+        let (want, got) = (f.next().unwrap_or(""), f.next().unwrap_or(""));
+        ensure!(
+            want.strip_prefix("want=") == got.strip_prefix("got="),
+            "a tool's exit status: {line}; full log: {}",
+            log.display()
+        );
+    }
+    ensure!(
+        exits.len() == EXPECTED_EXITS,
+        "{} tool exit statuses checked in the VM, expected {EXPECTED_EXITS}; full log: {}",
+        exits.len(),
+        log.display()
+    );
+    Ok(())
+}
+
+/// How many `expect_exit` lines [`SCRIPT`] has.
+const EXPECTED_EXITS: usize = 7;
 
 /// The guest's step markers, as durations.
 pub fn print_guest_steps(console: &str) {
