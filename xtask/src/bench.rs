@@ -22,13 +22,7 @@ use xshell::Shell;
 use crate::kernel::{self, Kernel};
 use crate::{paths, test, vm, vmtest};
 
-// The schema, from the tools' own source: one definition, no crate dependency on the tools
-// (which would make every xtask build wait for them).
-#[path = "../../mtgdrcopy-tests/src/bench/result.rs"]
-#[allow(dead_code)]
-mod result;
-
-use result::{BenchResult, Operation, Report, Tool, SCHEMA_VERSION};
+use mtgdrcopy_tests::bench::result::{BenchResult, Operation, Report, Tool, SCHEMA_VERSION};
 
 #[derive(clap::Args)]
 pub struct Args {
