@@ -85,6 +85,10 @@
 #define MAJOR_VERSION_SHIFT 16
 #define MINOR_VERSION_MASK  (((uint32_t)1 << MAJOR_VERSION_SHIFT) - 1)
 
+/* The library's version: libgdrapi's crate version, major.minor. */
+#define GDR_API_MAJOR_VERSION 1
+#define GDR_API_MINOR_VERSION 0
+
 struct gdr;
 /* An open device; safe to use from several threads at once. */
 typedef struct gdr *gdr_t;
@@ -133,13 +137,6 @@ typedef struct gdr_info_v2 {
     gdr_mapping_type_t mapping_type;
 } gdr_info_v2_t;
 typedef gdr_info_v2_t gdr_info_t;
-
-/**
- * Library version, `major << 16 | minor` as exchanged with the driver.
- */
-#define GDR_API_MAJOR_VERSION 1
-
-#define GDR_API_MINOR_VERSION 0
 
 /**
  * The oldest driver this library works with.

@@ -17,8 +17,8 @@ use crate::{copy, handles, log, Error};
 
 pub const MAJOR_VERSION_SHIFT: c_int = 16;
 pub const MINOR_VERSION_MASK: c_uint = 0xffff;
-pub const GDR_API_MAJOR_VERSION: c_int = 1;
-pub const GDR_API_MINOR_VERSION: c_int = 0;
+pub const GDR_API_MAJOR_VERSION: c_int = crate::GDR_API_MAJOR_VERSION as c_int;
+pub const GDR_API_MINOR_VERSION: c_int = crate::GDR_API_MINOR_VERSION as c_int;
 pub const GDR_API_VERSION: c_int =
     (GDR_API_MAJOR_VERSION << MAJOR_VERSION_SHIFT) | GDR_API_MINOR_VERSION;
 pub const MINIMUM_GDRDRV_MAJOR_VERSION: c_int = 0;

@@ -31,9 +31,10 @@ pub use driver::DEVICE_PATH;
 pub use error::{Error, Result};
 pub use gdr::{Attribute, Gdr, Info, MapRequest, Mapping, MappingType, PinFlags, PinnedBuffer};
 
-/// Library version, `major << 16 | minor` as exchanged with the driver.
-pub const GDR_API_MAJOR_VERSION: u32 = 1;
-pub const GDR_API_MINOR_VERSION: u32 = 0;
+/// Library version, `major << 16 | minor` as exchanged with the driver: this crate's
+/// major.minor (libgdrapi/Cargo.toml).
+pub const GDR_API_MAJOR_VERSION: u32 = mtgdrdrv::version_part(env!("CARGO_PKG_VERSION_MAJOR"));
+pub const GDR_API_MINOR_VERSION: u32 = mtgdrdrv::version_part(env!("CARGO_PKG_VERSION_MINOR"));
 pub const GDR_API_VERSION: u32 = mtgdrdrv::pack(GDR_API_MAJOR_VERSION, GDR_API_MINOR_VERSION);
 
 /// The oldest driver this library works with.
@@ -41,6 +42,17 @@ pub const MINIMUM_GDRDRV_MAJOR_VERSION: u32 = 0;
 pub const MINIMUM_GDRDRV_MINOR_VERSION: u32 = 1;
 pub const MINIMUM_GDRDRV_VERSION: u32 =
     mtgdrdrv::pack(MINIMUM_GDRDRV_MAJOR_VERSION, MINIMUM_GDRDRV_MINOR_VERSION);
+
+// The compatibility promise, for this release's pair: the library accepts the driver built from
+// the same tree, and the driver accepts the library (same major, minor at least the minimum).
+const _: () = assert!(
+    mtgdrdrv::accepts(MINIMUM_GDRDRV_VERSION, mtgdrdrv::MTGDRDRV_VERSION),
+    "libgdrapi's MINIMUM_GDRDRV_* refuse this tree's driver (mtgdrdrv/Cargo.toml)"
+);
+const _: () = assert!(
+    mtgdrdrv::accepts(mtgdrdrv::MINIMUM_GDR_API_VERSION, GDR_API_VERSION),
+    "mtgdrdrv's MINIMUM_GDR_API_* refuse this tree's library (libgdrapi/Cargo.toml)"
+);
 
 /// The GPU page: pins are rounded to it, like upstream's, so `info.va` keeps its meaning.
 /// The package version, which names the shared library file (`libgdrapi.so.<VERSION>`).

@@ -19,8 +19,33 @@ pub const fn minor(version: u32) -> u32 {
     version & MINOR_VERSION_MASK
 }
 
-pub const MTGDRDRV_MAJOR_VERSION: u32 = 0;
-pub const MTGDRDRV_MINOR_VERSION: u32 = 1;
+/// The compatibility promise: `have` satisfies `minimum` when their majors are equal and its
+/// minor is at least the minimum's.
+pub const fn accepts(minimum: u32, have: u32) -> bool {
+    major(have) == major(minimum) && minor(have) >= minor(minimum)
+}
+
+/// A version part as cargo passes it (`CARGO_PKG_VERSION_MAJOR`: ASCII digits), as a number,
+/// at compile time: the crate's version is the one place a version is written.
+pub const fn version_part(digits: &str) -> u32 {
+    let bytes = digits.as_bytes();
+    assert!(!bytes.is_empty(), "an empty version part");
+    let mut value: u32 = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        assert!(
+            bytes[i].is_ascii_digit(),
+            "a version part that is not a number"
+        );
+        value = value * 10 + (bytes[i] - b'0') as u32;
+        i += 1;
+    }
+    value
+}
+
+/// The driver's version: this crate's major.minor (mtgdrdrv/Cargo.toml).
+pub const MTGDRDRV_MAJOR_VERSION: u32 = version_part(env!("CARGO_PKG_VERSION_MAJOR"));
+pub const MTGDRDRV_MINOR_VERSION: u32 = version_part(env!("CARGO_PKG_VERSION_MINOR"));
 /// The driver version this tree builds.
 pub const MTGDRDRV_VERSION: u32 = pack(MTGDRDRV_MAJOR_VERSION, MTGDRDRV_MINOR_VERSION);
 
@@ -40,6 +65,17 @@ pub const MTGDRDRV_MINIMUM_VERSION_WITH_REQ_MAPPING_TYPE: u32 = pack(0, 1);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn version_parts_are_the_crates() {
+        assert_eq!(version_part("0"), 0);
+        assert_eq!(version_part("17"), 17);
+        let mut parts = env!("CARGO_PKG_VERSION").split('.').map(str::parse::<u32>);
+        assert_eq!(parts.next(), Some(Ok(MTGDRDRV_MAJOR_VERSION)));
+        assert_eq!(parts.next(), Some(Ok(MTGDRDRV_MINOR_VERSION)));
+        assert!(accepts(pack(1, 2), pack(1, 2)) && accepts(pack(1, 2), pack(1, 9)));
+        assert!(!accepts(pack(1, 2), pack(1, 1)) && !accepts(pack(1, 2), pack(2, 2)));
+    }
 
     #[test]
     fn versions_pack_as_upstream() {

@@ -196,9 +196,13 @@ fn kmod_header(root: &Path) -> Result<String> {
     for (name, value) in versions {
         writeln!(defines, "#define {name:<46} 0x{value:08X}U")?;
     }
+    // The crate's version, which cbindgen cannot evaluate (a const fn of CARGO_PKG_VERSION_*).
     writeln!(
         defines,
-        "#define MTGDRDRV_VERSION_STRING \"{}.{}\"",
+        "#define MTGDRDRV_MAJOR_VERSION {}\n#define MTGDRDRV_MINOR_VERSION {}\n\
+         #define MTGDRDRV_VERSION_STRING \"{}.{}\"",
+        abi::MTGDRDRV_MAJOR_VERSION,
+        abi::MTGDRDRV_MINOR_VERSION,
         abi::MTGDRDRV_MAJOR_VERSION,
         abi::MTGDRDRV_MINOR_VERSION
     )?;

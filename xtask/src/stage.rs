@@ -23,7 +23,7 @@ use anyhow::{bail, ensure, Context, Result};
 use xshell::{cmd, Shell};
 
 use crate::workspace::Workspace;
-use crate::{build, debian, paths, versions};
+use crate::{build, debian, paths};
 
 /// The packages `cargo xtask deb-*` builds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -432,14 +432,6 @@ fn control_files(sh: &Shell, ws: &Workspace, package: Package, tree: &Path) -> R
     fresh_dir(&control)?;
     if matches!(package, Package::Kmod | Package::Bundle) {
         let version = &ws.krate(Package::Kmod.crate_name())?.version;
-        versions::driver_agrees(
-            version,
-            (
-                mtgdrdrv::MTGDRDRV_MAJOR_VERSION,
-                mtgdrdrv::MTGDRDRV_MINOR_VERSION,
-            ),
-        )
-        .map_err(anyhow::Error::msg)?;
         for script in ["postinst", "prerm"] {
             let text = maintainer_script(script, version, LOAD_SCRIPT)?;
             put_text(&control.join(script), &text, 0o755)?;
@@ -447,11 +439,6 @@ fn control_files(sh: &Shell, ws: &Workspace, package: Package, tree: &Path) -> R
     }
     if matches!(package, Package::Lib | Package::Bundle) {
         let krate = ws.krate(Package::Lib.crate_name())?;
-        versions::library_agrees(
-            &krate.version,
-            (gdrapi::GDR_API_MAJOR_VERSION, gdrapi::GDR_API_MINOR_VERSION),
-        )
-        .map_err(anyhow::Error::msg)?;
         let (major, _) = krate.major_minor()?;
         let arch = package_arch(ws)?;
         let so = tree.join(format!(

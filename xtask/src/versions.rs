@@ -1,20 +1,19 @@
-//! One version source: the crates' versions. Everything else that states a version is either
-//! generated from them or checked against them here, and [`check`] lists every disagreement at
-//! once (a `cargo xtask test` step and the first check of `cargo xtask release-check`).
+//! One version source: the crates' versions. The driver's and the library's version constants
+//! are computed from them at compile time (`CARGO_PKG_VERSION_MAJOR`/`_MINOR`, see
+//! mtgdrdrv/src/version.rs and libgdrapi/src/lib.rs) and generated into the headers (whose
+//! freshness is the codegen check), and libgdrapi asserts at compile time that the release's
+//! driver and library accept each other. What is left to reconcile is checked here, and
+//! [`check`] lists every disagreement at once (a `cargo xtask test` step and the first check of
+//! `cargo xtask release-check`):
 //!
-//! Two release lines, each fed by one crate:
-//! - the driver, `mtgdrdrv/Cargo.toml` (0.x): its major.minor is the version the module reports
-//!   through `GDRDRV_IOC_GET_VERSION` (`mtgdrdrv/src/version.rs`, generated into
-//!   `mtgdrdrv_ioctl.h`), dkms.conf's `PACKAGE_VERSION` (`@VERSION@` in `dkms/dkms.conf.in`,
-//!   filled in at staging) and the `mtgdrdrv-dkms` package's version;
-//! - the library, `libgdrapi/Cargo.toml` (1.x): its major.minor is `GDR_API_MAJOR_VERSION` and
-//!   `GDR_API_MINOR_VERSION` (`libgdrapi/src/lib.rs`, generated into `gdrapi.h`), its major the
-//!   soname (`libgdrapi/build.rs`); `mtgdrcopy-tests` and the `mtgdrcopy` metapackage (and
-//!   bundle) are released with it and carry the same version.
-//!
-//! Each package's `debian/<package>.changelog` must start with an entry for the package's
-//! Debian version (staging refuses otherwise, through [`changelog_entry`]), and the two lines
-//! must accept each other (the compatibility promise of README's "For release engineers").
+//! - `mtgdrcopy-tests` and the `mtgdrcopy` metapackage (and bundle) are released with the
+//!   library and carry its version;
+//! - dkms.conf's `PACKAGE_VERSION` is `@VERSION@` (filled in from mtgdrdrv/Cargo.toml at
+//!   staging), never a number;
+//! - the root Cargo.toml's `[workspace.dependencies]` pin the path crates' exact versions;
+//! - each package's `debian/<package>.changelog` starts with an entry for the package's Debian
+//!   version (staging refuses otherwise, through [`changelog_entry`]), and debian/changelog
+//!   with the release's.
 
 use std::fs;
 use std::path::Path;
@@ -35,15 +34,6 @@ pub struct Tree {
     pub packages: Vec<(Package, String, String)>,
     /// debian/changelog: the source package's, at the release's (mtgdrcopy-meta's) version.
     pub source_changelog: String,
-    /// `mtgdrdrv/src/version.rs`: the driver's major.minor and the oldest library it accepts.
-    pub driver: (u32, u32),
-    pub driver_minimum_library: (u32, u32),
-    /// `libgdrapi/src/lib.rs`: the API's major.minor and the oldest driver it accepts.
-    pub library: (u32, u32),
-    pub library_minimum_driver: (u32, u32),
-    /// The generated headers as they are on disk (codegen freshness is its own check).
-    pub kmod_header: String,
-    pub gdrapi_header: String,
     pub dkms_template: String,
     /// The root Cargo.toml, whose `[workspace.dependencies]` pin the two path crates' versions.
     pub workspace_manifest: String,
@@ -70,21 +60,6 @@ impl Tree {
             crates,
             packages,
             source_changelog: read(&root.join("debian/changelog"))?,
-            driver: (
-                mtgdrdrv::MTGDRDRV_MAJOR_VERSION,
-                mtgdrdrv::MTGDRDRV_MINOR_VERSION,
-            ),
-            driver_minimum_library: (
-                mtgdrdrv::MINIMUM_GDR_API_MAJOR_VERSION,
-                mtgdrdrv::MINIMUM_GDR_API_MINOR_VERSION,
-            ),
-            library: (gdrapi::GDR_API_MAJOR_VERSION, gdrapi::GDR_API_MINOR_VERSION),
-            library_minimum_driver: (
-                gdrapi::MINIMUM_GDRDRV_MAJOR_VERSION,
-                gdrapi::MINIMUM_GDRDRV_MINOR_VERSION,
-            ),
-            kmod_header: read(&root.join("mtgdrdrv/kmod/mtgdrdrv_ioctl.h"))?,
-            gdrapi_header: read(&root.join("libgdrapi/include/gdrapi.h"))?,
             dkms_template: read(&root.join("dkms/dkms.conf.in"))?,
             workspace_manifest: read(&root.join("Cargo.toml"))?,
         })
@@ -96,41 +71,6 @@ impl Tree {
             .find(|(n, _)| n == name)
             .map(|(_, v)| v.as_str())
             .unwrap_or_default()
-    }
-}
-
-/// `major.minor` of a semver version, if it has them.
-fn major_minor(version: &str) -> Option<(u32, u32)> {
-    let mut parts = version.split(['.', '-', '+']);
-    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
-}
-
-/// The value of `#define NAME value` in a C header.
-fn define<'a>(header: &'a str, name: &str) -> Option<&'a str> {
-    header.lines().find_map(|l| {
-        let mut words = l.split_whitespace();
-        (words.next() == Some("#define") && words.next() == Some(name))
-            .then(|| l.split_once(name).map(|(_, v)| v.trim()))
-            .flatten()
-    })
-}
-
-/// A header's `#define`s of a major and a minor, compared with what the Rust constants say.
-fn header_pair(
-    findings: &mut Vec<String>,
-    file: &str,
-    header: &str,
-    names: (&str, &str),
-    want: (u32, u32),
-) {
-    let got = (define(header, names.0), define(header, names.1));
-    let want_text = (want.0.to_string(), want.1.to_string());
-    if got != (Some(want_text.0.as_str()), Some(want_text.1.as_str())) {
-        findings.push(format!(
-            "{file}: {} {:?} and {} {:?}, but the Rust constants say {}.{} \
-             (run `cargo xtask codegen`)",
-            names.0, got.0, names.1, got.1, want.0, want.1
-        ));
     }
 }
 
@@ -176,43 +116,12 @@ pub fn changelog_section(changelog: &str) -> Option<String> {
     None
 }
 
-/// The driver crate's version against what the module reports.
-pub fn driver_agrees(crate_version: &str, driver: (u32, u32)) -> Result<(), String> {
-    if major_minor(crate_version) == Some(driver) {
-        return Ok(());
-    }
-    Err(format!(
-        "mtgdrdrv/Cargo.toml says {crate_version} but the module reports {}.{} \
-         (mtgdrdrv/src/version.rs): make them agree",
-        driver.0, driver.1
-    ))
-}
-
-/// The library crate's version against the API version of gdrapi.h.
-pub fn library_agrees(crate_version: &str, library: (u32, u32)) -> Result<(), String> {
-    if major_minor(crate_version) == Some(library) {
-        return Ok(());
-    }
-    Err(format!(
-        "libgdrapi/Cargo.toml says {crate_version} but gdrapi.h's API version is {}.{} \
-         (libgdrapi/src/lib.rs): make them agree",
-        library.0, library.1
-    ))
-}
-
-/// Whether `have` satisfies a minimum under the promise: same major, minor at least.
-fn accepts(minimum: (u32, u32), have: (u32, u32)) -> bool {
-    have.0 == minimum.0 && have.1 >= minimum.1
-}
-
 /// Every disagreement in `tree`, each a sentence saying which files disagree and how.
 pub fn disagreements(tree: &Tree) -> Vec<String> {
     let mut findings = Vec::new();
     let driver_version = tree.crate_version("mtgdrdrv");
     let library_version = tree.crate_version("libgdrapi");
 
-    findings.extend(driver_agrees(driver_version, tree.driver).err());
-    findings.extend(library_agrees(library_version, tree.library).err());
     for name in ["mtgdrcopy-tests", "mtgdrcopy-meta"] {
         let version = tree.crate_version(name);
         if version != library_version {
@@ -222,39 +131,6 @@ pub fn disagreements(tree: &Tree) -> Vec<String> {
             ));
         }
     }
-
-    header_pair(
-        &mut findings,
-        "mtgdrdrv/kmod/mtgdrdrv_ioctl.h",
-        &tree.kmod_header,
-        ("MTGDRDRV_MAJOR_VERSION", "MTGDRDRV_MINOR_VERSION"),
-        tree.driver,
-    );
-    let string = format!("\"{}.{}\"", tree.driver.0, tree.driver.1);
-    let got = define(&tree.kmod_header, "MTGDRDRV_VERSION_STRING");
-    if got != Some(string.as_str()) {
-        findings.push(format!(
-            "mtgdrdrv/kmod/mtgdrdrv_ioctl.h: MTGDRDRV_VERSION_STRING (MODULE_VERSION) is \
-             {got:?}, expected {string} (run `cargo xtask codegen`)"
-        ));
-    }
-    header_pair(
-        &mut findings,
-        "libgdrapi/include/gdrapi.h",
-        &tree.gdrapi_header,
-        ("GDR_API_MAJOR_VERSION", "GDR_API_MINOR_VERSION"),
-        tree.library,
-    );
-    header_pair(
-        &mut findings,
-        "libgdrapi/include/gdrapi.h",
-        &tree.gdrapi_header,
-        (
-            "MINIMUM_GDRDRV_MAJOR_VERSION",
-            "MINIMUM_GDRDRV_MINOR_VERSION",
-        ),
-        tree.library_minimum_driver,
-    );
 
     // dkms.conf must take its version from the crate, never state one.
     let package_version: Vec<&str> = tree
@@ -298,27 +174,6 @@ pub fn disagreements(tree: &Tree) -> Vec<String> {
         ));
     }
 
-    // The promise: this release's library accepts this release's driver and the reverse.
-    if !accepts(tree.library_minimum_driver, tree.driver) {
-        findings.push(format!(
-            "libgdrapi needs a driver {}.{} or newer within its major, but this release's \
-             driver is {}.{}",
-            tree.library_minimum_driver.0,
-            tree.library_minimum_driver.1,
-            tree.driver.0,
-            tree.driver.1
-        ));
-    }
-    if !accepts(tree.driver_minimum_library, tree.library) {
-        findings.push(format!(
-            "mtgdrdrv accepts libraries {}.{} or newer within their major, but this release's \
-             library is {}.{}",
-            tree.driver_minimum_library.0,
-            tree.driver_minimum_library.1,
-            tree.library.0,
-            tree.library.1
-        ));
-    }
     findings
 }
 
@@ -352,7 +207,7 @@ mod tests {
         )
     }
 
-    /// A tree where everything agrees: driver 0.3, library 1.2.
+    /// A tree where everything agrees: driver 0.3.1, library 1.2.0.
     fn agreeing() -> Tree {
         let packages = [
             (Package::Kmod, "0.3.1-1"),
@@ -376,17 +231,6 @@ mod tests {
             .collect(),
             packages,
             source_changelog: changelog("mtgdrcopy", "1.2.0-1"),
-            driver: (0, 3),
-            driver_minimum_library: (1, 0),
-            library: (1, 2),
-            library_minimum_driver: (0, 2),
-            kmod_header: "#define MTGDRDRV_MAJOR_VERSION 0\n#define MTGDRDRV_MINOR_VERSION 3\n\
-                          #define MTGDRDRV_VERSION_STRING \"0.3\"\n"
-                .into(),
-            gdrapi_header: "#define GDR_API_MAJOR_VERSION 1\n#define GDR_API_MINOR_VERSION 2\n\
-                            #define MINIMUM_GDRDRV_MAJOR_VERSION 0\n\
-                            #define MINIMUM_GDRDRV_MINOR_VERSION 2\n"
-                .into(),
             dkms_template: "PACKAGE_NAME=\"mtgdrdrv\"\nPACKAGE_VERSION=\"@VERSION@\"\n".into(),
             workspace_manifest: "[workspace.dependencies]\n\
                                  mtgdrdrv = { path = \"mtgdrdrv\", version = \"0.3.1\" }\n\
@@ -429,8 +273,6 @@ mod tests {
 
     #[test]
     fn each_disagreement_is_found() {
-        disagrees(|t| t.driver = (0, 4), "mtgdrdrv/Cargo.toml says 0.3.1");
-        disagrees(|t| t.library = (1, 3), "libgdrapi/Cargo.toml says 1.2.0");
         disagrees(
             |t| set_crate(t, "mtgdrcopy-tests", "1.2.1"),
             "mtgdrcopy-tests is 1.2.1",
@@ -438,22 +280,6 @@ mod tests {
         disagrees(
             |t| set_crate(t, "mtgdrcopy-meta", "1.3.0"),
             "mtgdrcopy-meta is 1.3.0",
-        );
-        disagrees(
-            |t| t.kmod_header = t.kmod_header.replace("MINOR_VERSION 3", "MINOR_VERSION 2"),
-            "MTGDRDRV_MINOR_VERSION Some(\"2\")",
-        );
-        disagrees(
-            |t| t.kmod_header = t.kmod_header.replace("\"0.3\"", "\"0.2\""),
-            "MTGDRDRV_VERSION_STRING",
-        );
-        disagrees(
-            |t| {
-                t.gdrapi_header = t
-                    .gdrapi_header
-                    .replace("API_MINOR_VERSION 2", "API_MINOR_VERSION 1")
-            },
-            "GDR_API_MINOR_VERSION Some(\"1\")",
         );
         disagrees(
             |t| t.dkms_template = t.dkms_template.replace("@VERSION@", "0.3.1"),
@@ -474,26 +300,6 @@ mod tests {
         disagrees(
             |t| t.packages[0].2 = changelog("mtgdrdrv-dkms", "0.3.1-1"),
             "debian/mtgdrdrv-dkms.changelog",
-        );
-    }
-
-    #[test]
-    fn the_compatibility_promise_is_checked() {
-        // A library that needs a newer driver than the release ships.
-        disagrees(
-            |t| {
-                t.library_minimum_driver = (0, 4);
-                t.gdrapi_header = t.gdrapi_header.replace(
-                    "MINIMUM_GDRDRV_MINOR_VERSION 2",
-                    "MINIMUM_GDRDRV_MINOR_VERSION 4",
-                );
-            },
-            "libgdrapi needs a driver 0.4",
-        );
-        // A driver of another major.
-        disagrees(
-            |t| t.driver_minimum_library = (2, 0),
-            "mtgdrdrv accepts libraries 2.0",
         );
     }
 

@@ -151,7 +151,12 @@ fn types() -> Result<String> {
          #define GPU_PAGE_OFFSET  (GPU_PAGE_SIZE - 1)\n\
          #define GPU_PAGE_MASK    (~GPU_PAGE_OFFSET)\n\
          \n#define MAJOR_VERSION_SHIFT {MAJOR_VERSION_SHIFT}\n\
-         #define MINOR_VERSION_MASK  (((uint32_t)1 << MAJOR_VERSION_SHIFT) - 1)\n"
+         #define MINOR_VERSION_MASK  (((uint32_t)1 << MAJOR_VERSION_SHIFT) - 1)\n\
+         \n/* The library's version: libgdrapi's crate version, major.minor. */\n\
+         #define GDR_API_MAJOR_VERSION {}\n\
+         #define GDR_API_MINOR_VERSION {}\n",
+        gdrapi::GDR_API_MAJOR_VERSION,
+        gdrapi::GDR_API_MINOR_VERSION
     );
     out.push_str("\nstruct gdr;\n/* An open device; safe to use from several threads at once. */\ntypedef struct gdr *gdr_t;\n");
     out.push_str(
