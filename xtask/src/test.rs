@@ -38,7 +38,7 @@ pub fn run(args: Args) -> Result<()> {
             Box::new(|_: &Shell| codegen::run(true)),
         ),
         (
-            "versions agree (crates, headers, dkms.conf, changelogs)",
+            "versions agree (crates released together, dkms.conf, pins, changelogs)",
             Box::new(|sh: &Shell| crate::versions::check(&crate::workspace::Workspace::load(sh)?)),
         ),
         (
