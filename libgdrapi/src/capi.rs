@@ -12,7 +12,8 @@ use std::sync::{Mutex, PoisonError};
 
 use nix::errno::Errno;
 
-use crate::gdr::{Attribute, Gdr, MapRequest, MappingType, PinFlags, PinnedBuffer, RawMapping};
+use crate::gdr::{Gdr, PinnedBuffer, RawMapping};
+use crate::types::{Attribute, MapRequest, MappingType, PinFlags};
 use crate::{copy, handles, log, Error};
 
 pub const MAJOR_VERSION_SHIFT: c_int = 16;

@@ -8,28 +8,33 @@
 //! - [`capi`]: the gdrapi.h C ABI, a thin shim (null checks, panic guard, handle table, errno);
 //! - [`Gdr`], [`PinnedBuffer`], [`Mapping`]: the safe Rust API whose lifetimes make
 //!   unmap-before-unpin and use-after-unmap impossible;
-//! - `backend`: the interface of the two backends, chosen at open:
-//!   - `driver`: the ioctl/mmap backend over `/dev/mtgdrdrv`;
-//!   - `dmabuf`: no kernel module; the MUSA driver's dma-buf of each pin is mmapped;
+//! - `backend`: the interface of the two backends and the choice at open (`backend::choose`),
+//!   each backend with its implementation:
+//!   - `backend::module`: ioctls and mmap over `/dev/mtgdrdrv`;
+//!   - `backend::dmabuf`: no kernel module; the MUSA driver's dma-buf of each pin is mmapped;
 //! - [`copy`]: the copy routines, one variant per CPU feature level.
+//!
+//! Beside them: the values all layers pass (`types`), page arithmetic (`pages`), the handle
+//! registry that makes copies safe against concurrent unmaps (`handles`).
 //!
 //! Unlike upstream GDRCopy, an open device is safe to use from many threads at once.
 
 mod backend;
 pub mod capi;
 pub mod copy;
-mod dmabuf;
-mod driver;
 mod error;
 mod gdr;
 mod handles;
 pub mod log;
 pub mod musa;
+mod pages;
+mod types;
 
+pub use backend::module::DEVICE_PATH;
 pub use backend::USE_DMABUF_ENV;
-pub use driver::DEVICE_PATH;
 pub use error::{Error, Result};
-pub use gdr::{Attribute, Gdr, Info, MapRequest, Mapping, MappingType, PinFlags, PinnedBuffer};
+pub use gdr::{Gdr, Mapping, PinnedBuffer};
+pub use types::{Attribute, Info, MapRequest, MappingType, PinFlags};
 
 /// Library version, `major << 16 | minor` as exchanged with the driver: this crate's
 /// major.minor (libgdrapi/Cargo.toml).

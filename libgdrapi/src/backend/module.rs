@@ -1,4 +1,4 @@
-//! The ioctl/mmap backend over `/dev/mtgdrdrv`. Thin on purpose: every call is one syscall with
+//! The module backend: ioctls and mmap over `/dev/mtgdrdrv`, and its [`Backend`] implementation. Thin on purpose: every call is one syscall with
 //! the ABI crate's structs, so tests against the real module exercise the real thing.
 
 use std::ffi::c_void;
@@ -13,7 +13,10 @@ use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
 use nix::sys::stat::Mode;
 use nix::unistd::{getpid, Pid};
 
+use super::Backend;
 use crate::error::{Error, Result};
+use crate::pages::{host_page_size, round_up};
+use crate::types::{Attribute, Info, MapRequest, MappingType, PinFlags};
 use crate::{log, GDR_API_VERSION, MINIMUM_GDRDRV_VERSION};
 
 /// The device node, created by udev when the module loads.
@@ -294,16 +297,6 @@ fn compatibility(drv: u32, min_lib: u32) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// The host page size, from sysconf.
-pub(crate) fn host_page_size() -> Result<usize> {
-    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
-        .ok()
-        .flatten()
-        .and_then(|v| usize::try_from(v).ok())
-        .filter(|v| v.is_power_of_two())
-        .ok_or(Error::new("sysconf(PAGE_SIZE)", Errno::EINVAL))
-}
-
 /// What to do, for the failures to open the node users actually hit.
 pub(crate) fn open_failure_text(errno: Errno) -> String {
     match errno {
@@ -317,6 +310,128 @@ pub(crate) fn open_failure_text(errno: Errno) -> String {
              the device into the container"
         ),
         e => format!("cannot open {DEVICE_PATH}: {}", e.desc()),
+    }
+}
+
+impl Backend for Driver {
+    fn page_size(&self) -> usize {
+        Driver::page_size(self)
+    }
+
+    fn in_opener(&self) -> bool {
+        Driver::in_opener(self)
+    }
+
+    fn driver_version(&self) -> Result<u32> {
+        Ok(self.version())
+    }
+
+    fn attribute(&self, attr: Attribute) -> Result<u32> {
+        match attr {
+            Attribute::UsingDmaBufMmap => Ok(0),
+            _ if !self.supports(mtgdrdrv::MTGDRDRV_MINIMUM_VERSION_WITH_GET_ATTR) => Ok(0),
+            other => self.attr(other as u32),
+        }
+    }
+
+    fn pin(&self, addr: u64, size: u64, flags: PinFlags) -> Result<u64> {
+        if self.supports(mtgdrdrv::MTGDRDRV_MINIMUM_VERSION_WITH_PIN_BUFFER_V2) {
+            self.pin_v2(addr, size, flags.0)
+        } else if flags != PinFlags::DEFAULT {
+            log::error(format_args!("pin flags need a newer mtgdrdrv"));
+            Err(Error::new("pin", Errno::EINVAL))
+        } else {
+            self.pin_v1(addr, size, 0, 0)
+        }
+    }
+
+    fn pin_with_tokens(&self, addr: u64, size: u64, p2p_token: u64, va_space: u32) -> Result<u64> {
+        self.pin_v1(addr, size, p2p_token, va_space)
+    }
+
+    fn unpin(&self, handle: u64) -> Result<()> {
+        Driver::unpin(self, handle)
+    }
+
+    fn forget(&self, _handle: u64) {
+        // The pin lives in the parent's open file; the child holds nothing of its own.
+    }
+
+    fn info(&self, handle: u64) -> Result<Info> {
+        if self.supports(mtgdrdrv::MTGDRDRV_MINIMUM_VERSION_WITH_GET_INFO_V2) {
+            let p = self.info_v2(handle)?;
+            Ok(Info {
+                va: p.va,
+                mapped_size: p.mapped_size,
+                page_size: p.page_size,
+                tm_cycles: p.tm_cycles,
+                cycles_per_ms: p.tsc_khz,
+                mapping_type: MappingType::from_raw(p.mapping_type)
+                    .ok_or(Error::new("ioctl(GET_INFO_V2)", Errno::EPROTO))?,
+            })
+        } else {
+            let p = self.info_v1(handle)?;
+            let mapping_type = match (p.mapped != 0, p.wc_mapping != 0) {
+                (_, true) => MappingType::WriteCombining,
+                (true, false) => MappingType::Caching,
+                (false, false) => MappingType::None,
+            };
+            Ok(Info {
+                va: p.va,
+                mapped_size: p.mapped_size,
+                page_size: p.page_size,
+                tm_cycles: p.tm_cycles,
+                cycles_per_ms: p.tsc_khz,
+                mapping_type,
+            })
+        }
+    }
+
+    fn callback_flag(&self, handle: u64) -> Result<bool> {
+        Ok(Driver::callback_flag(self, handle)? != 0)
+    }
+
+    fn map(
+        &self,
+        handle: u64,
+        size: usize,
+        request: MapRequest,
+    ) -> Result<(NonNull<u8>, usize, MappingType)> {
+        if self.supports(mtgdrdrv::MTGDRDRV_MINIMUM_VERSION_WITH_REQ_MAPPING_TYPE) {
+            self.req_mapping_type(handle, request as u32)?;
+        } else if request != MapRequest::Default {
+            return Err(Error::new("map", Errno::EINVAL));
+        }
+        let len =
+            round_up(size, Driver::page_size(self)).ok_or(Error::new("map", Errno::EINVAL))?;
+        let ptr = self.mmap(handle, len)?;
+        let wanted = match request {
+            MapRequest::Default => None,
+            MapRequest::WriteCombining => Some(MappingType::WriteCombining),
+            MapRequest::Caching => Some(MappingType::Caching),
+            MapRequest::Device => Some(MappingType::Device),
+        };
+        let outcome = match Backend::info(self, handle) {
+            Err(e) => Err(e),
+            Ok(info) if !info.mapped() => Err(Error::new("map", Errno::EAGAIN)),
+            Ok(info) if wanted.is_some_and(|w| w != info.mapping_type) => {
+                Err(Error::new("map", Errno::EINVAL))
+            }
+            Ok(info) => Ok(info.mapping_type),
+        };
+        match outcome {
+            Ok(mapping_type) => Ok((ptr, len, mapping_type)),
+            Err(e) => {
+                // SAFETY: the mapping was just created and nothing refers to it.
+                let _ = unsafe { self.munmap(ptr, len) };
+                Err(e)
+            }
+        }
+    }
+
+    unsafe fn unmap(&self, _handle: u64, ptr: NonNull<u8>, len: usize) -> Result<()> {
+        // SAFETY: guaranteed by the caller.
+        unsafe { self.munmap(ptr, len) }
     }
 }
 

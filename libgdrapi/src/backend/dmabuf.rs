@@ -44,11 +44,11 @@ use nix::fcntl::{fcntl, FcntlArg, FdFlag};
 use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
 use nix::unistd::{getpid, Pid};
 
-use crate::backend::{round_up, Backend};
-use crate::driver::host_page_size;
+use super::Backend;
 use crate::error::{Error, Result};
-use crate::gdr::{Attribute, Info, MapRequest, MappingType, PinFlags};
 use crate::log;
+use crate::pages::{host_page_size, round_up};
+use crate::types::{Attribute, Info, MapRequest, MappingType, PinFlags};
 
 type MUresult = c_int;
 type MUdevice = c_int;
