@@ -284,11 +284,11 @@ pub const FILES: &[(&str, &str)] = &[
         "The mtgdrdrv kernel module's device: group render, mode 0660 by the package's udev rule.",
     ),
     (
-        "/proc/driver/mtgdrdrv/params",
+        mtgdrdrv::procfs::PARAMS_PATH,
         "The module's parameters and version.",
     ),
     (
-        "/proc/driver/mtgdrdrv/counters",
+        mtgdrdrv::procfs::COUNTERS_PATH,
         "The module's pins and mappings outstanding, and its totals.",
     ),
     (

@@ -41,16 +41,10 @@ const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
 
 /// The module's always-present counters.
-fn module_counters() -> std::collections::HashMap<String, u64> {
-    let text = std::fs::read_to_string("/proc/driver/mtgdrdrv/counters").expect("counters file");
-    text.lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            Some((
-                f.next()?.trim_end_matches(':').to_string(),
-                f.next()?.parse().ok()?,
-            ))
-        })
+fn module_counters() -> std::collections::HashMap<String, i64> {
+    let text = std::fs::read_to_string(mtgdrdrv::procfs::COUNTERS_PATH).expect("counters file");
+    mtgdrdrv::procfs::parse_counters(&text)
+        .map(|(name, value)| (name.to_string(), value))
         .collect()
 }
 
@@ -178,6 +172,6 @@ fn kernel_can_read(addr: usize) -> bool {
     n == 1
 }
 
-fn counter(name: &str) -> u64 {
-    module_counters().get(name).copied().unwrap_or(u64::MAX)
+fn counter(name: &str) -> i64 {
+    module_counters().get(name).copied().unwrap_or(i64::MAX)
 }

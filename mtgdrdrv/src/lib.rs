@@ -12,6 +12,7 @@
 
 pub mod abi;
 pub mod emu;
+pub mod procfs;
 pub mod version;
 
 pub use abi::*;

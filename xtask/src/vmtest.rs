@@ -609,16 +609,15 @@ fn judge(outcome: &vm::VmOutcome, log: &Path) -> Result<()> {
     for line in &counters {
         let mut f = line.split_whitespace();
         let (name, value) = (f.next().unwrap_or(""), f.next().unwrap_or(""));
-        let live = matches!(
-            name.trim_end_matches(':'),
-            "pins_outstanding"
-                | "bytes_pinned"
-                | "mappings"
-                | "emu_pins_outstanding"
-                | "emu_dmabufs_live"
-                | "emu_dmabuf_mappings"
-                | "emu_allocations"
-        );
+        let name = name.trim_end_matches(':');
+        let live = mtgdrdrv::procfs::LIVE_COUNTERS.contains(&name)
+            || matches!(
+                name,
+                "emu_pins_outstanding"
+                    | "emu_dmabufs_live"
+                    | "emu_dmabuf_mappings"
+                    | "emu_allocations"
+            );
         ensure!(
             !live || value == "0",
             "leak after the tests: {line}; full log: {}",

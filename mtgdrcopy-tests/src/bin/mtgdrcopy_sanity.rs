@@ -242,12 +242,10 @@ fn preflight(ctx: &Ctx, timeout: Duration) -> Result<()> {
 
 /// The module's outstanding pins and mappings, when its counters are readable.
 fn pins_and_mappings() -> Option<(i64, i64)> {
-    let text = std::fs::read_to_string("/proc/driver/mtgdrdrv/counters").ok()?;
-    let get = |name: &str| {
-        text.lines().find_map(|l| {
-            let mut f = l.split_whitespace();
-            (f.next()? == name).then(|| f.next()?.parse::<i64>().ok())?
-        })
-    };
-    Some((get("pins_outstanding")?, get("mappings")?))
+    use mtgdrdrv::procfs::{counter, COUNTERS_PATH};
+    let text = std::fs::read_to_string(COUNTERS_PATH).ok()?;
+    Some((
+        counter(&text, "pins_outstanding")?,
+        counter(&text, "mappings")?,
+    ))
 }

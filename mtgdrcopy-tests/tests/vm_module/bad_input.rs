@@ -65,7 +65,7 @@ fn c_api_bad_input_returns_documented_errors_and_pins_nothing() {
     let emu = Emu::open().expect("emulator");
     let va = emu.alloc(MIB, 0, 65536, false).expect("alloc");
     let null: gdr_t = ptr::null_mut();
-    let held = |pins: u64, maps: u64| {
+    let held = |pins: i64, maps: i64| {
         assert_eq!(
             (counter("pins_outstanding"), counter("mappings")),
             (pins, maps),

@@ -89,7 +89,7 @@ fn process_exit_without_unpin_leaves_no_pins() {
 
 /// [`counter`] once it reads `want`, or after 2 s: for the put the module defers to a work
 /// item when the last mapping of an unpinned pin goes.
-fn settled_counter(name: &str, want: u64) -> u64 {
+fn settled_counter(name: &str, want: i64) -> i64 {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
     loop {
         let v = counter(name);

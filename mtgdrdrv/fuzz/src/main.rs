@@ -238,7 +238,7 @@ fn run() -> Result<()> {
             .map_or(1, |d| d.as_nanos() as u64)
     });
     println!("mtgdrdrv_fuzz: seed {seed:#x} (rerun with --seed {seed:#x})");
-    for path in ["/dev/mtgdrdrv", emu::PATH, sys::COUNTERS] {
+    for path in ["/dev/mtgdrdrv", emu::PATH, mtgdrdrv::procfs::COUNTERS_PATH] {
         if !std::path::Path::new(path).exists() {
             bail!("{path} is missing: load mtgpu_emu and mtgdrdrv (cargo xtask vm)");
         }

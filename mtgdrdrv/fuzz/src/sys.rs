@@ -290,27 +290,20 @@ pub struct ModuleCounters {
     pub put_pages_calls: i64,
 }
 
-pub const COUNTERS: &str = "/proc/driver/mtgdrdrv/counters";
-
 pub fn module_counters() -> anyhow::Result<ModuleCounters> {
-    let text = std::fs::read_to_string(COUNTERS)?;
-    let mut c = ModuleCounters::default();
-    for line in text.lines() {
-        let mut f = line.split_whitespace();
-        let (Some(k), Some(v)) = (f.next(), f.next()) else {
-            continue;
-        };
-        let v: i64 = v.parse()?;
-        match k.trim_end_matches(':') {
-            "pins_outstanding" => c.pins_outstanding = v,
-            "bytes_pinned" => c.bytes_pinned = v,
-            "mappings" => c.mappings = v,
-            "get_pages_calls" => c.get_pages_calls = v,
-            "put_pages_calls" => c.put_pages_calls = v,
-            _ => {}
-        }
-    }
-    Ok(c)
+    use mtgdrdrv::procfs::{counter, COUNTERS_PATH};
+    let text = std::fs::read_to_string(COUNTERS_PATH)?;
+    // A counter missing or unreadable is a finding, never a silent 0.
+    let get = |name: &str| {
+        counter(&text, name).ok_or_else(|| anyhow::anyhow!("{COUNTERS_PATH} has no {name} line"))
+    };
+    Ok(ModuleCounters {
+        pins_outstanding: get("pins_outstanding")?,
+        bytes_pinned: get("bytes_pinned")?,
+        mappings: get("mappings")?,
+        get_pages_calls: get("get_pages_calls")?,
+        put_pages_calls: get("put_pages_calls")?,
+    })
 }
 
 /// [`module_counters`] once at most `max_pins` pins are outstanding, or after 2 s. The module

@@ -6,7 +6,7 @@ use anyhow::{ensure, Context, Result};
 use super::emulated;
 use crate::emu::Emu;
 
-pub const COUNTERS_PATH: &str = "/proc/driver/mtgdrdrv/counters";
+pub use mtgdrdrv::procfs::COUNTERS_PATH;
 
 /// `/proc/driver/mtgdrdrv/counters`: pins, pinned bytes and mappings outstanding system-wide.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,11 +21,7 @@ impl Counters {
         let text = std::fs::read_to_string(COUNTERS_PATH)
             .with_context(|| format!("reading {COUNTERS_PATH}"))?;
         let get = |name: &str| -> Result<i64> {
-            text.lines()
-                .find_map(|l| {
-                    let mut f = l.split_whitespace();
-                    (f.next()?.trim_end_matches(':') == name).then(|| f.next()?.parse().ok())?
-                })
+            mtgdrdrv::procfs::counter(&text, name)
                 .with_context(|| format!("{COUNTERS_PATH} has no {name} line"))
         };
         Ok(Counters {
