@@ -527,29 +527,11 @@ pub fn copy_module_sources(from: &Path, to: &Path) -> Result<Vec<String>> {
 
 /// debian/libgdrapi.symbols, after checking that it lists exactly the library's exports: each
 /// symbol carries the version that introduced it, which only a person can say, so the file is
-/// maintained by hand and this check fails when an export is added or removed.
+/// maintained by hand (the one list of the exports) and this check fails when an export is
+/// added or removed.
 fn symbols_file(sh: &Shell, _ws: &Workspace, so: &Path) -> Result<String> {
-    let path = paths::root().join("debian/libgdrapi.symbols");
-    let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let mut listed: Vec<&str> = text
-        .lines()
-        .filter(|l| l.starts_with(' '))
-        .filter_map(|l| l.split_whitespace().next()?.strip_suffix("@Base"))
-        .collect();
-    listed.sort_unstable();
-    let nm = cmd!(sh, "nm -D --defined-only {so}")
-        .quiet()
-        .read()
-        .context("running nm (binutils)")?;
-    let mut exported: Vec<&str> = nm
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let (_, kind, name) = (f.next()?, f.next()?, f.next()?);
-            matches!(kind, "T" | "D" | "B" | "R").then_some(name)
-        })
-        .collect();
-    exported.sort_unstable();
+    let (path, text, listed) = listed_symbols()?;
+    let exported = exported_symbols(sh, so)?;
     ensure!(
         listed == exported,
         "{} does not list exactly the exports of libgdrapi.so: add each new symbol with the \
@@ -558,6 +540,38 @@ fn symbols_file(sh: &Shell, _ws: &Workspace, so: &Path) -> Result<String> {
         path.display()
     );
     Ok(text)
+}
+
+/// debian/libgdrapi.symbols: its path, its text and the symbols it lists, sorted.
+pub fn listed_symbols() -> Result<(PathBuf, String, Vec<String>)> {
+    let path = paths::root().join("debian/libgdrapi.symbols");
+    let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut listed: Vec<String> = text
+        .lines()
+        .filter(|l| l.starts_with(' '))
+        .filter_map(|l| l.split_whitespace().next()?.strip_suffix("@Base"))
+        .map(String::from)
+        .collect();
+    listed.sort_unstable();
+    Ok((path, text, listed))
+}
+
+/// The symbols a shared library defines and exports (`nm -D --defined-only`), sorted.
+pub fn exported_symbols(sh: &Shell, so: &Path) -> Result<Vec<String>> {
+    let nm = cmd!(sh, "nm -D --defined-only {so}")
+        .quiet()
+        .read()
+        .context("running nm (binutils)")?;
+    let mut exported: Vec<String> = nm
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (_, kind, name) = (f.next()?, f.next()?, f.next()?);
+            matches!(kind, "T" | "D" | "B" | "R").then(|| name.to_string())
+        })
+        .collect();
+    exported.sort_unstable();
+    Ok(exported)
 }
 
 /// `path` with every `@KEY@` replaced; fails if a placeholder is left.

@@ -178,52 +178,27 @@ pub fn gdrapi_version() -> &'static str {
     gdrapi::VERSION
 }
 
-/// The exact C API of gdrapi.h (plus the legacy `gdr_get_info` symbol): nothing more leaks.
-const EXPORTED: &[&str] = &[
-    "gdr_close",
-    "gdr_copy_from_mapping",
-    "gdr_copy_to_mapping",
-    "gdr_driver_get_version",
-    "gdr_get_attribute",
-    "gdr_get_callback_flag",
-    "gdr_get_info",
-    "gdr_get_info_v2",
-    "gdr_get_mapping_type_string",
-    "gdr_map",
-    "gdr_map_v2",
-    "gdr_open",
-    "gdr_pin_buffer",
-    "gdr_pin_buffer_v2",
-    "gdr_runtime_get_version",
-    "gdr_unmap",
-    "gdr_unpin_buffer",
-];
-
+/// The library exports exactly what debian/libgdrapi.symbols lists (the one list of the C API,
+/// with the legacy `gdr_get_info`), gdrapi.h declares each, and the soname is the major's.
 fn shared_library(sh: &Shell) -> Result<()> {
     let so = build_library(sh)?.join(format!("libgdrapi.so.{}", gdrapi_version()));
-    let nm = cmd!(sh, "nm -D --defined-only {so}").read()?;
-    let mut symbols: Vec<&str> = nm
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let (_, kind, name) = (f.next()?, f.next()?, f.next()?);
-            (kind == "T" || kind == "D" || kind == "B" || kind == "R").then_some(name)
-        })
-        .collect();
-    symbols.sort_unstable();
+    let exported = crate::stage::exported_symbols(sh, &so)?;
+    let (path, _, listed) = crate::stage::listed_symbols()?;
     ensure!(
-        symbols == EXPORTED,
-        "exported symbols differ from the gdrapi.h API:\n  got:      {symbols:?}\n  expected: {EXPORTED:?}"
+        exported == listed,
+        "exported symbols differ from {}:\n  got:      {exported:?}\n  expected: {listed:?}",
+        path.display()
     );
     let dynamic = cmd!(sh, "readelf -d {so}").read()?;
+    let soname = crate::build::soname();
     ensure!(
-        dynamic.contains("Library soname: [libgdrapi.so.1]"),
-        "soname is not libgdrapi.so.1:\n{dynamic}"
+        dynamic.contains(&format!("Library soname: [{soname}]")),
+        "soname is not {soname}:\n{dynamic}"
     );
     let header = std::fs::read_to_string(paths::root().join("libgdrapi/include/gdrapi.h"))?;
-    for name in EXPORTED {
+    for name in &listed {
         ensure!(
-            header.contains(&format!("{name}(")) || *name == "gdr_get_info",
+            header.contains(&format!("{name}(")) || name == "gdr_get_info",
             "gdrapi.h lacks {name}"
         );
     }
