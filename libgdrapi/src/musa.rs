@@ -16,6 +16,45 @@ use std::path::Path;
 
 use libloading::Library;
 
+/// The MUSA driver API's numbers that libgdrapi and the tools use, in one place. MUSA mirrors
+/// CUDA's driver API: error codes, device and pointer attributes carry CUDA's values. MUSA's own
+/// headers for the dma-buf ones are not public (docs/musa-abi.md); unverified on hardware. The
+/// emulated libmusa's tests compare its values with these.
+///
+/// cbindgen:ignore
+pub mod ids {
+    use std::ffi::{c_int, c_uint};
+
+    /// `MUresult`.
+    pub type MUresult = c_int;
+
+    pub const MUSA_SUCCESS: MUresult = 0;
+    pub const MUSA_ERROR_INVALID_VALUE: MUresult = 1;
+    pub const MUSA_ERROR_OUT_OF_MEMORY: MUresult = 2;
+    pub const MUSA_ERROR_NOT_INITIALIZED: MUresult = 3;
+    pub const MUSA_ERROR_DEINITIALIZED: MUresult = 4;
+    pub const MUSA_ERROR_NO_DEVICE: MUresult = 100;
+    pub const MUSA_ERROR_INVALID_DEVICE: MUresult = 101;
+    pub const MUSA_ERROR_INVALID_CONTEXT: MUresult = 201;
+    pub const MUSA_ERROR_OPERATING_SYSTEM: MUresult = 304;
+    pub const MUSA_ERROR_INVALID_HANDLE: MUresult = 400;
+    pub const MUSA_ERROR_NOT_FOUND: MUresult = 500;
+    pub const MUSA_ERROR_CONTEXT_IS_DESTROYED: MUresult = 709;
+    pub const MUSA_ERROR_NOT_PERMITTED: MUresult = 800;
+    pub const MUSA_ERROR_NOT_SUPPORTED: MUresult = 801;
+    pub const MUSA_ERROR_UNKNOWN: MUresult = 999;
+
+    /// `MUdevice_attribute`: CUDA's `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`.
+    pub const MU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED: c_int = 124;
+    /// `MUmemRangeHandleType`: CUDA's `CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD`.
+    pub const MU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD: c_int = 1;
+    /// `MUpointer_attribute`: CUDA's `CU_POINTER_ATTRIBUTE_SYNC_MEMOPS`.
+    pub const MU_POINTER_ATTRIBUTE_SYNC_MEMOPS: c_int = 6;
+    /// `muMemAllocManaged` flags: accessible from any stream on any device, or from the host.
+    pub const MU_MEM_ATTACH_GLOBAL: c_uint = 1;
+    pub const MU_MEM_ATTACH_HOST: c_uint = 2;
+}
+
 /// Where the MUSA installation is (its `lib64/` and `lib/` are searched).
 pub const MUSA_HOME_ENV: &str = "MUSA_HOME";
 /// The installation searched besides `$MUSA_HOME`.

@@ -17,8 +17,6 @@ use libloading::Library;
 
 use crate::gpu::{DevicePtr, Gpu};
 
-/// `MUresult`: 0 is success, other values are MUSA's (CUDA-mirrored) error codes.
-pub type MUresult = c_int;
 /// `MUdevice`: a device ordinal as the driver hands it out.
 pub type MUdevice = c_int;
 /// `MUcontext`: an opaque context handle.
@@ -29,17 +27,10 @@ pub type MUdeviceptr = u64;
 #[allow(non_camel_case_types)]
 pub type MUpointer_attribute = c_int;
 
-pub const MUSA_SUCCESS: MUresult = 0;
-pub const MUSA_ERROR_INVALID_VALUE: MUresult = 1;
-pub const MUSA_ERROR_NO_DEVICE: MUresult = 100;
-
-/// `muMemAllocManaged` flag: the memory is accessible from any stream on any device.
-pub const MU_MEM_ATTACH_GLOBAL: c_uint = 1;
-
-/// `MU_POINTER_ATTRIBUTE_SYNC_MEMOPS`. No public MUSA source confirms its value: 6 is CUDA's
-/// `CU_POINTER_ATTRIBUTE_SYNC_MEMOPS`, and MUSA mirrors CUDA's other enums (error codes, device
-/// attributes). If hardware disagrees, this is the one place to change.
-pub const MU_POINTER_ATTRIBUTE_SYNC_MEMOPS: MUpointer_attribute = 6;
+pub use gdrapi::musa::ids::{
+    MUresult, MUSA_ERROR_INVALID_VALUE, MUSA_ERROR_NO_DEVICE, MUSA_SUCCESS, MU_MEM_ATTACH_GLOBAL,
+    MU_POINTER_ATTRIBUTE_SYNC_MEMOPS,
+};
 
 pub use gdrapi::musa::{DEFAULT_MUSA_HOME, MUSA_HOME_ENV};
 

@@ -47,18 +47,12 @@ use nix::unistd::{getpid, Pid};
 use super::Backend;
 use crate::error::{Error, Result};
 use crate::log;
+use crate::musa::ids::*;
 use crate::pages::{host_page_size, round_up};
 use crate::types::{Attribute, Info, MapRequest, MappingType, PinFlags};
 
-type MUresult = c_int;
 type MUdevice = c_int;
 type MUcontext = *mut c_void;
-
-/// CUDA's `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`. MUSA's value is not public; its other device
-/// attributes and error codes mirror CUDA's (docs/musa-abi.md). Unverified on hardware.
-pub(crate) const MU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED: c_int = 124;
-/// CUDA's `CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD`, likewise.
-pub(crate) const MU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD: c_int = 1;
 
 /// The MUSA driver API entry points the backend uses.
 struct Musa {
@@ -77,15 +71,15 @@ struct Musa {
 /// The errno for a MUSA code (CUDA's numbering, which MUSA mirrors): never the raw code.
 pub fn errno_of(code: MUresult) -> Errno {
     match code {
-        1 => Errno::EINVAL,         // INVALID_VALUE
-        2 => Errno::ENOMEM,         // OUT_OF_MEMORY
-        3 | 4 => Errno::ENODEV,     // NOT_INITIALIZED, DEINITIALIZED
-        100 | 101 => Errno::ENODEV, // NO_DEVICE, INVALID_DEVICE
-        201 | 709 => Errno::EINVAL, // INVALID_CONTEXT, CONTEXT_IS_DESTROYED
-        304 => Errno::EIO,          // OPERATING_SYSTEM
-        400 | 500 => Errno::ENOENT, // INVALID_HANDLE, NOT_FOUND
-        800 => Errno::EPERM,        // NOT_PERMITTED
-        801 => Errno::EOPNOTSUPP,   // NOT_SUPPORTED
+        MUSA_ERROR_INVALID_VALUE => Errno::EINVAL,
+        MUSA_ERROR_OUT_OF_MEMORY => Errno::ENOMEM,
+        MUSA_ERROR_NOT_INITIALIZED | MUSA_ERROR_DEINITIALIZED => Errno::ENODEV,
+        MUSA_ERROR_NO_DEVICE | MUSA_ERROR_INVALID_DEVICE => Errno::ENODEV,
+        MUSA_ERROR_INVALID_CONTEXT | MUSA_ERROR_CONTEXT_IS_DESTROYED => Errno::EINVAL,
+        MUSA_ERROR_OPERATING_SYSTEM => Errno::EIO,
+        MUSA_ERROR_INVALID_HANDLE | MUSA_ERROR_NOT_FOUND => Errno::ENOENT,
+        MUSA_ERROR_NOT_PERMITTED => Errno::EPERM,
+        MUSA_ERROR_NOT_SUPPORTED => Errno::EOPNOTSUPP,
         // SYSTEM_DRIVER_MISMATCH (803), COMPAT_NOT_SUPPORTED (804), UNKNOWN (999), any other.
         _ => Errno::EIO,
     }
