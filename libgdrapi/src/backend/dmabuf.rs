@@ -6,29 +6,14 @@
 //! first open of this backend and stays loaded for the life of the process: unloading a GPU
 //! driver library that may hold threads and handlers is not safe, and reloading costs.
 //!
-//! Differences from the module backend (also in gdrapi.h and the README):
-//! - the mapping type is fixed at pin time: write-combining. `GDR_MAP_FLAG_DEFAULT` and
-//!   `GDR_MAP_FLAG_REQ_WC_MAPPING` map, the other requests fail with `EINVAL`;
-//! - there is no free callback: the dma-buf keeps the memory alive until unpin, so
-//!   `gdr_get_callback_flag` is always 0 and `GDR_ATTR_USE_PERSISTENT_MAPPING` is 1;
-//! - `GDR_PIN_FLAG_FORCE_PCIE` is refused with `EINVAL`, as on the module backend (mtgpu
-//!   memory is always reached through the PCIe BAR);
-//! - `tm_cycles` and `cycles_per_ms` are 0;
-//! - `gdr_driver_get_version` fails with `EOPNOTSUPP`: no kernel module is involved;
-//! - a forked child gets `EACCES` for every use of the parent's pins, as from the module;
-//!   its `gdr_close` closes only its own copies of the fds;
-//! - each pin holds one file descriptor (close-on-exec) until unpin or `gdr_close`, which
-//!   counts against RLIMIT_NOFILE;
-//! - MUSA errors are returned as errno (`MUSA_ERROR_INVALID_VALUE` → `EINVAL`, …, see
-//!   [`errno_of`]), with the MUSA name in the log.
-//!
-//! Whether mtgpu's dma-bufs accept CPU mmap is not known (no hardware here): a refused mmap
-//! is reported in one log line that says so and what to use instead.
+//! How it differs from the module backend is written once, in gdrapi.h's overview (the
+//! `OVERVIEW` of xtask/src/codegen/gdrapi.rs); this file implements that list. MUSA errors
+//! become errno through [`errno_of`]. A refused mmap (mtgpu 2.7.0-era drivers refuse CPU mmap
+//! of their dma-bufs) is reported in one log line that says so and what to use instead.
 //!
 //! The pointer's device is not queried: `MU_POINTER_ATTRIBUTE_DEVICE_ORDINAL`'s value is not
-//! public (docs/musa-abi.md). The range is exported in the calling thread's current
-//! context; without one, in the primary context of the first device that supports dma-buf,
-//! retained for the call. With several GPUs, make the owning device's context current.
+//! public (docs/musa-abi.md), hence the context rule of the overview; the primary context is
+//! retained for the call.
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr};

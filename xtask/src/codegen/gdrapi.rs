@@ -71,12 +71,17 @@ const OVERVIEW: &str = r#"/*
  *    unpin); GDR_ATTR_USE_PERSISTENT_MAPPING is 1; GDR_PIN_FLAG_FORCE_PCIE fails with EINVAL.
  *  - gdr_driver_get_version fails with EOPNOTSUPP (there is no module); tm_cycles and
  *    cycles_per_ms are 0.
- *  - Each pin holds one close-on-exec file descriptor until gdr_unpin_buffer or gdr_close.
+ *  - Each pin holds one close-on-exec file descriptor until gdr_unpin_buffer or gdr_close
+ *    (it counts against RLIMIT_NOFILE).
  *  - MUSA errors are returned as errno (never raw MUSA codes); the log names the MUSA error.
  *  - A dma-buf whose mmap the driver refuses fails gdr_map with the kernel's errno, and one log
- *    line says so.
+ *    line says so. mtgpu 2.7.0-era drivers refuse CPU mmap of their dma-bufs (ENOSYS): there,
+ *    use the module.
  *  - fork: as above (EACCES for the parent's pins; gdr_close in the child closes its copies of
  *    the fds only).
+ *  - The range is exported in the calling thread's current MUSA context, else in the primary
+ *    context of the first dma-buf capable device: with several GPUs, make the owning device's
+ *    context current.
  */"#;
 
 pub fn header(root: &Path) -> Result<String> {
