@@ -24,29 +24,31 @@ pub struct Generated {
     pub contents: String,
 }
 
+/// The generated files whose contents on disk differ from what would be generated.
+fn stale_files() -> Result<Vec<Generated>> {
+    Ok(generate_all()?
+        .into_iter()
+        .filter(|file| fs::read_to_string(&file.path).unwrap_or_default() != file.contents)
+        .collect())
+}
+
+/// Writes the stale files, or with `check` fails naming them.
 pub fn run(check: bool) -> Result<()> {
-    let mut stale = Vec::new();
-    for file in generate_all()? {
-        let current = fs::read_to_string(&file.path).unwrap_or_default();
-        if current == file.contents {
-            continue;
-        }
-        if check {
-            stale.push(file.path.display().to_string());
-        } else {
-            if let Some(dir) = file.path.parent() {
-                fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-            }
-            fs::write(&file.path, &file.contents)
-                .with_context(|| format!("writing {}", file.path.display()))?;
-            eprintln!("codegen: wrote {}", file.path.display());
-        }
-    }
-    if !stale.is_empty() {
+    let stale = stale_files()?;
+    if check && !stale.is_empty() {
+        let names: Vec<String> = stale.iter().map(|f| f.path.display().to_string()).collect();
         bail!(
             "generated files are stale: {}\nrun `cargo xtask codegen` and commit the result",
-            stale.join(", ")
+            names.join(", ")
         );
+    }
+    for file in stale {
+        if let Some(dir) = file.path.parent() {
+            fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        fs::write(&file.path, &file.contents)
+            .with_context(|| format!("writing {}", file.path.display()))?;
+        eprintln!("codegen: wrote {}", file.path.display());
     }
     Ok(())
 }
@@ -298,4 +300,22 @@ fn emu_header(root: &Path) -> Result<String> {
         emu::MTGPU_EMU_DEVICE_NAME
     )?;
     insert_defines(&body, &defines)
+}
+
+#[cfg(test)]
+mod tests {
+    /// The freshness check as a plain test, so that `cargo test` alone catches a stale header,
+    /// manual page or debian/copyright.
+    #[test]
+    fn generated_files_are_fresh() {
+        let stale: Vec<_> = super::stale_files()
+            .expect("generating")
+            .into_iter()
+            .map(|f| f.path)
+            .collect();
+        assert!(
+            stale.is_empty(),
+            "stale generated files: {stale:?}; run `cargo xtask codegen` and commit the result"
+        );
+    }
 }
