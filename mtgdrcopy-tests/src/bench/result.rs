@@ -6,8 +6,7 @@
 //! with one flat object per measured (operation, size). Fields that do not apply to a row are
 //! left out rather than written as null.
 //!
-//! This file is compiled into `cargo xtask bench` too (`#[path]`), which reads the reports back
-//! to plot them; it must depend on nothing but serde.
+//! `cargo xtask bench` reads the reports back through this module to plot them.
 
 use serde::{Deserialize, Serialize};
 

@@ -16,25 +16,17 @@ use nix::errno::Errno;
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, ForkResult};
 
-#[path = "vm_module/basics.rs"]
 mod basics;
-#[path = "vm_module/concurrency.rs"]
 mod concurrency;
-#[path = "vm_module/emu_dmabuf.rs"]
 mod emu_dmabuf;
-#[path = "vm_module/provider.rs"]
 mod provider;
 
 // -------------------------------------------------------------------------------------------
 // The adversarial suite (issue 7): isolation, lifetimes, unload, bad input. The random side is
 // mtgdrdrv_fuzz (mtgdrdrv/fuzz), which `cargo xtask test` runs after these tests.
-#[path = "vm_module/bad_input.rs"]
 mod bad_input;
-#[path = "vm_module/isolation.rs"]
 mod isolation;
-#[path = "vm_module/lifetimes.rs"]
 mod lifetimes;
-#[path = "vm_module/permissions.rs"]
 mod permissions;
 
 const KIB: u64 = 1024;
