@@ -44,8 +44,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use xshell::{cmd, Shell};
 
+use super::dkms::{check_dkms_installed, KEPT_BY_DKMS};
+use super::guest::{package_files, root_files};
 use super::root::{self, Root};
-use super::{check_dkms_installed, package_files, root_files, timed, KEPT_BY_DKMS};
+use super::timed;
 use crate::deb::Built;
 use crate::kernel::{self, Kernel};
 use crate::stage::{self, Package};
