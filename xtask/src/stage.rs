@@ -155,15 +155,18 @@ pub fn stage_all(sh: &Shell, packages: &[Package]) -> Result<Vec<PathBuf>> {
 }
 
 /// The test step of `cargo xtask build-all` (the old `make build`): every package's tree is
-/// staged, each with its control file.
+/// staged, with its `DEBIAN/` (the control file itself is written by deb.rs, last) and the
+/// documentation every package carries.
 pub fn build_all_test_step(sh: &Shell) -> Result<()> {
     let trees = stage_all(sh, &Package::SPLIT)?;
     anyhow::ensure!(trees.len() == Package::SPLIT.len(), "staged {trees:?}");
     for (tree, package) in trees.iter().zip(Package::SPLIT) {
+        let doc = tree.join("usr/share/doc").join(package.deb_name());
         anyhow::ensure!(
-            *tree == package.tree() && tree.join("DEBIAN/control").is_file(),
-            "build-all did not stage {} with DEBIAN/control",
-            package.tree().display()
+            *tree == package.tree() && tree.join("DEBIAN").is_dir() && doc.is_dir(),
+            "build-all did not stage {} (with DEBIAN/ and {})",
+            package.tree().display(),
+            doc.display()
         );
     }
     Ok(())
