@@ -128,14 +128,10 @@ void emu_bar_free_pages(u32 page_size, u32 npages, const u64 *bar_off)
 	}
 }
 
-/* Reads, writes or fills [off, off + len) of the BAR through a transient WC mapping. */
-int emu_bar_io(u64 off, size_t len, struct emu_io *io)
+/* Reads, writes or fills [off, off + len) of the BAR through one transient WC mapping. */
+static int emu_bar_io_mapped(u64 off, size_t len, struct emu_io *io)
 {
 	void __iomem *p;
-
-	lockdep_assert_held(&emu_dev.lock);
-	if (WARN_ON_ONCE(off > emu_dev.bar_size || len > emu_dev.bar_size - off))
-		return -EINVAL;
 
 	p = ioremap_wc(emu_dev.bar_phys + off, len);
 	if (!p)
@@ -157,5 +153,33 @@ int emu_bar_io(u64 off, size_t len, struct emu_io *io)
 	/* Drain write-combining buffers before anyone else looks at the memory. */
 	wmb();
 	iounmap(p);
+	return 0;
+}
+
+/*
+ * Reads, writes or fills [off, off + len) of the BAR, as the GPU's copy engine would: whatever
+ * CPU mappings users hold. One mapping of the whole range fails when pages in it are mapped
+ * by users with different memory types (x86 PAT refuses a range spanning a write-combined and
+ * an uncached user mapping), so then it goes page by page: a page has one type at a time.
+ */
+int emu_bar_io(u64 off, size_t len, struct emu_io *io)
+{
+	size_t piece;
+	int ret;
+
+	lockdep_assert_held(&emu_dev.lock);
+	if (WARN_ON_ONCE(off > emu_dev.bar_size || len > emu_dev.bar_size - off))
+		return -EINVAL;
+
+	if (!emu_bar_io_mapped(off, len, io))
+		return 0;
+	while (len) {
+		piece = min_t(size_t, len, PAGE_SIZE - (off & (PAGE_SIZE - 1)));
+		ret = emu_bar_io_mapped(off, piece, io);
+		if (ret)
+			return ret;
+		off += piece;
+		len -= piece;
+	}
 	return 0;
 }

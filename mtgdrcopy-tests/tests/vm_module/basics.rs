@@ -118,6 +118,38 @@ fn mapping_types_device_and_caching() {
     assert_no_pins(&emu);
 }
 
+/// The emulator's DMA path reaches device memory whatever CPU mappings users hold, as the GPU's
+/// copy engine does: here one page is mapped uncached (device) and the next write-combined,
+/// which x86 PAT refuses to cover with one transient mapping (a fuzzer finding).
+#[test]
+fn dma_spans_pages_mapped_with_different_memory_types() {
+    const PAGE: u64 = 65536;
+    let emu = Emu::open().expect("emulator");
+    let gdr = Gdr::open().expect("gdr_open");
+    let va = emu.alloc(2 * PAGE, 0, PAGE as u32, false).expect("alloc");
+    let first = gdr.pin(va, PAGE, PinFlags::DEFAULT).expect("pin first page");
+    let second = gdr.pin(va + PAGE, PAGE, PinFlags::DEFAULT).expect("pin second page");
+    let device = first.map(MapRequest::Device).expect("device mapping");
+    let wc = second.map(MapRequest::WriteCombining).expect("wc mapping");
+    let data = pattern(7, 2 * PAGE as usize);
+    device.write(0, &data[..PAGE as usize]).expect("write first");
+    wc.write(0, &data[PAGE as usize..]).expect("write second");
+    let mut back = vec![0u8; 2 * PAGE as usize];
+    emu.read(va, &mut back).expect("dma read across both pages");
+    assert!(back == data, "the DMA read sees both pages");
+    let data2 = pattern(8, 2 * PAGE as usize);
+    emu.write(va, &data2).expect("dma write across both pages");
+    let mut page = vec![0u8; PAGE as usize];
+    device.read(0, &mut page).expect("read first");
+    assert!(page[..] == data2[..PAGE as usize], "first page");
+    wc.read(0, &mut page).expect("read second");
+    assert!(page[..] == data2[PAGE as usize..], "second page");
+    drop((device, wc));
+    drop((first, second));
+    emu.free(va).expect("free");
+    assert_no_pins(&emu);
+}
+
 #[test]
 fn unaligned_pin_reports_rounded_range_and_cannot_be_mapped() {
     let emu = Emu::open().expect("emulator");
