@@ -53,8 +53,13 @@ check() {
 	mount -t proc proc "$dir/proc" || fail "mounting /proc in $dir"
 	rc=0
 	out=$(chroot "$dir" /usr/bin/mtgdrcopy_sanity -v 2>&1) || rc=$?
+	# What the tools report of the library and the module they use (--version's lines
+	# "libgdrapi:   X.Y (path)" and "driver:      mtgdrdrv X.Y (/dev/mtgdrdrv)").
+	ver=$(chroot "$dir" /usr/bin/mtgdrcopy_sanity --version 2>&1)
 	umount "$dir/proc"
-	versions=$(echo "$out" | grep -o 'libgdrapi [0-9.]*, mtgdrdrv [0-9.]*' | head -n 1)
+	lib=$(echo "$ver" | sed -n 's/^libgdrapi: *\([0-9.]*\) .*/\1/p')
+	drv=$(echo "$ver" | sed -n 's/^driver: *mtgdrdrv \([0-9.]*\) .*/\1/p')
+	versions="libgdrapi $lib, mtgdrdrv $drv"
 	echo "MTGDRCOPY-UPGRADE $dir: $versions"
 	echo "$out" | tail -n 3
 	[ "$rc" = 0 ] || { echo "$out" | grep -v '^&&&& PASSED' | tail -n 40; fail "$dir: mtgdrcopy_sanity failed ($4)"; }
