@@ -127,12 +127,18 @@ fn dma_spans_pages_mapped_with_different_memory_types() {
     let emu = Emu::open().expect("emulator");
     let gdr = Gdr::open().expect("gdr_open");
     let va = emu.alloc(2 * PAGE, 0, PAGE as u32, false).expect("alloc");
-    let first = gdr.pin(va, PAGE, PinFlags::DEFAULT).expect("pin first page");
-    let second = gdr.pin(va + PAGE, PAGE, PinFlags::DEFAULT).expect("pin second page");
+    let first = gdr
+        .pin(va, PAGE, PinFlags::DEFAULT)
+        .expect("pin first page");
+    let second = gdr
+        .pin(va + PAGE, PAGE, PinFlags::DEFAULT)
+        .expect("pin second page");
     let device = first.map(MapRequest::Device).expect("device mapping");
     let wc = second.map(MapRequest::WriteCombining).expect("wc mapping");
     let data = pattern(7, 2 * PAGE as usize);
-    device.write(0, &data[..PAGE as usize]).expect("write first");
+    device
+        .write(0, &data[..PAGE as usize])
+        .expect("write first");
     wc.write(0, &data[PAGE as usize..]).expect("write second");
     let mut back = vec![0u8; 2 * PAGE as usize];
     emu.read(va, &mut back).expect("dma read across both pages");
