@@ -48,8 +48,6 @@ pub(super) fn build_next(sh: &Shell) -> Result<Vec<Deb>> {
     let lib_old = ws.krate(Package::Lib.crate_name())?.version.clone();
     let drv = bump(&drv_old, 2)?;
     let lib = bump(&lib_old, 1)?;
-    let (_, lib_minor) = major_minor(&lib)?;
-    let (_, old_minor) = major_minor(&lib_old)?;
     let edit = |file: &str, line_start: &str, from: &str, to: &str| {
         edit_line(&dir.join(file), line_start, from, to)
     };
@@ -81,15 +79,8 @@ pub(super) fn build_next(sh: &Shell) -> Result<Vec<Deb>> {
         &quoted(&lib_old),
         &quoted(&lib),
     )?;
-    // The Rust API's constant and the C API's, which a compile-time assertion keeps equal.
-    for file in ["libgdrapi/src/lib.rs", "libgdrapi/src/capi.rs"] {
-        edit(
-            file,
-            "pub const GDR_API_MINOR_VERSION",
-            &format!("= {old_minor};"),
-            &format!("= {lib_minor};"),
-        )?;
-    }
+    // The library's and the driver's version constants follow their crates' versions (const fns
+    // of CARGO_PKG_VERSION_*), and codegen below writes them into the headers.
     // Sources that differ from this release's, as every release's do: srcversion tells them apart.
     rewrite(&dir.join("mtgdrdrv/kmod/mtgdrdrv_main.c"), |text| {
         Ok(format!(
