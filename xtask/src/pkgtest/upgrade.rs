@@ -4,8 +4,8 @@
 //!
 //! 1. **Next release.** The source files (`git ls-files`: tracked and not ignored, as they are
 //!    in the working tree) are copied to build/upgrade/next/, where the driver's patch version
-//!    and the library line's minor are bumped (crates, workspace pins, `GDR_API_MINOR_VERSION`;
-//!    the copy's `cargo xtask codegen` regenerates gdrapi.h and the manual pages), every
+//!    and the library line's minor are bumped (crates and workspace pins, which the version
+//!    constants follow; the copy's `cargo xtask codegen` regenerates the headers), every
 //!    changelog gets a new entry, and the copy's own `cargo xtask deb-all` builds the four .debs
 //!    (its cargo target directory is build/upgrade/target, kept only as cargo's cache). The
 //!    module's sources get one line more, `MODULE_INFO(upgrade_test_release, "<version>")`, as
