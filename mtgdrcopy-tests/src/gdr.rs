@@ -3,6 +3,7 @@
 //! is real). `GDRCOPY_LIBRARY` names another file to load.
 
 use std::ffi::{c_char, c_int, c_ulong, c_void, CStr};
+use std::path::Path;
 use std::sync::OnceLock;
 
 use anyhow::{anyhow, Context, Result};
@@ -42,7 +43,7 @@ pub fn api() -> Result<&'static Api> {
     static API: OnceLock<std::result::Result<Api, String>> = OnceLock::new();
     API.get_or_init(|| load().map_err(|e| format!("{e:#}")))
         .as_ref()
-        .map_err(|e| crate::tool::unavailable(anyhow!("{e}")))
+        .map_err(|e| crate::status::unavailable(anyhow!("{e}")))
 }
 
 /// The file the loaded libgdrapi came from, as the dynamic loader names it.
@@ -124,4 +125,123 @@ pub fn mapping_type_name(api: &Api, mapping_type: c_int) -> String {
     } else {
         "?".into()
     }
+}
+
+/// The loaded library's version (`gdr_runtime_get_version`), which needs no open `gdr_t`.
+pub fn runtime_version(api: &Api) -> (i32, i32) {
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: both are valid out pointers.
+    unsafe { (api.runtime_get_version)(&mut major, &mut minor) };
+    (major, minor)
+}
+
+/// An open `gdr_t`, closed on drop.
+pub struct Gdr {
+    pub(crate) api: &'static Api,
+    pub(crate) g: gdr_t,
+}
+
+impl Gdr {
+    pub fn open() -> Result<Gdr> {
+        let api = api()?;
+        // SAFETY: gdr_open takes no arguments; a NULL return is handled.
+        let g = unsafe { (api.open)() };
+        if g.is_null() {
+            return Err(open_failure(std::io::Error::last_os_error()));
+        }
+        Ok(Gdr { api, g })
+    }
+
+    /// Whether the dma-buf backend is in use (`GDR_ATTR_USING_DMA_BUF_MMAP`).
+    pub fn using_dmabuf(&self) -> bool {
+        let mut v: c_int = 0;
+        let attr = gdrapi::Attribute::UsingDmaBufMmap as c_int;
+        // SAFETY: `g` is open and `v` a valid out pointer.
+        let rc = unsafe { (self.api.get_attribute)(self.g, attr, &mut v) };
+        rc == 0 && v != 0
+    }
+
+    pub fn api(&self) -> &'static Api {
+        self.api
+    }
+
+    /// The loaded library's version (`gdr_runtime_get_version`).
+    pub fn runtime_version(&self) -> (i32, i32) {
+        runtime_version(self.api)
+    }
+
+    /// The kernel module's version (`gdr_driver_get_version`).
+    pub fn driver_version(&self) -> Result<(i32, i32)> {
+        let (mut major, mut minor) = (0, 0);
+        // SAFETY: `g` is open; both are valid out pointers.
+        let rc = unsafe { (self.api.driver_get_version)(self.g, &mut major, &mut minor) };
+        check(rc).context("gdr_driver_get_version")?;
+        Ok((major, minor))
+    }
+}
+
+impl Drop for Gdr {
+    fn drop(&mut self) {
+        // SAFETY: `g` is open and is not used again; every Pin borrowed it and is gone.
+        unsafe { (self.api.close)(self.g) };
+    }
+}
+
+/// Whether `GDRCOPY_USE_DMABUF_MMAP=1` forces the dma-buf backend (libgdrapi's exact rule).
+fn dmabuf_forced() -> bool {
+    std::env::var_os(gdrapi::USE_DMABUF_ENV).is_some_and(|v| v == "1")
+}
+
+/// Why the module backend is not usable by this process, if it is not.
+fn module_problem() -> Option<std::io::Error> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(gdrapi::DEVICE_PATH)
+        .err()
+}
+
+/// The error for a failed `gdr_open` (`errno` is its errno), marked unavailable, with a hint
+/// that fits the backend libgdrapi tried.
+pub fn open_failure(errno: std::io::Error) -> anyhow::Error {
+    let device = gdrapi::DEVICE_PATH;
+    let env = gdrapi::USE_DMABUF_ENV;
+    let why = "GDRCOPY_ENABLE_LOGGING=1 says why";
+    let hint = if dmabuf_forced() {
+        format!(
+            "the dma-buf backend was forced ({env}=1): it needs the MUSA driver's libmusa.so.1 \
+             and a driver that lets the CPU map exported device memory; unset {env} to use \
+             mtgdrdrv; {why}"
+        )
+    } else {
+        match module_problem() {
+            Some(e) if e.kind() == std::io::ErrorKind::NotFound => format!(
+                "mtgdrdrv is not loaded ({device} does not exist) and the dma-buf backend did \
+                 not work either: load the module (sudo modprobe mtgdrdrv, or sudo ./insmod.sh \
+                 in a source tree); {why}"
+            ),
+            Some(e) if e.kind() == std::io::ErrorKind::PermissionDenied => format!(
+                "{device} exists but this user may not open it, and the dma-buf backend did not \
+                 work either: join its group (ls -l {device}; sudo usermod -aG render USER, \
+                 then log in again); {why}"
+            ),
+            Some(e) => format!("{device}: {e}; {why}"),
+            None => why.to_string(),
+        }
+    };
+    crate::status::unavailable(anyhow::anyhow!("gdr_open failed: {errno} ({hint})"))
+}
+
+/// The warning for a process that got the dma-buf backend only because it may not open
+/// `/dev/mtgdrdrv`: otherwise the slower fallback would go unnoticed.
+pub fn fallback_warning(using_dmabuf: bool) -> Option<String> {
+    if !using_dmabuf || dmabuf_forced() || !Path::new(gdrapi::DEVICE_PATH).exists() {
+        return None;
+    }
+    let e = module_problem()?;
+    Some(format!(
+        "{}: {e}: using the dma-buf backend instead of mtgdrdrv (join the device's group to \
+         use the module: sudo usermod -aG render USER)",
+        gdrapi::DEVICE_PATH
+    ))
 }

@@ -9,4 +9,6 @@ pub mod gdr;
 pub mod gpu;
 pub mod musa;
 pub mod sanity;
+pub mod status;
+pub mod term;
 pub mod tool;

@@ -224,7 +224,7 @@ fn no_device(api: &Api) -> String {
 /// How many devices the driver sees. 0 when `muInit` reports no device; an error (marked
 /// unavailable) when the library cannot be loaded or initialised.
 pub fn device_count() -> Result<i32> {
-    count_devices().map_err(crate::tool::unavailable)
+    count_devices().map_err(crate::status::unavailable)
 }
 
 fn count_devices() -> Result<i32> {
@@ -245,7 +245,7 @@ fn count_devices() -> Result<i32> {
 /// this machine has no such usable device (marked unavailable: the tools exit with 77).
 pub fn open(device: i32) -> Result<Box<dyn Gpu>> {
     Ok(Box::new(
-        MusaGpu::open(device).map_err(crate::tool::unavailable)?,
+        MusaGpu::open(device).map_err(crate::status::unavailable)?,
     ))
 }
 

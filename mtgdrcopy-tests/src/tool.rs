@@ -6,84 +6,13 @@
 //! 0 passed, 1 a test or copy failed, 2 usage error, 77 the environment lacks something (no
 //! libgdrapi, no libmusa or GPU, no usable backend).
 
-use std::ffi::c_int;
-use std::fmt;
-use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
 
-use crate::bench::Term;
-
-/// How a tool ends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Status {
-    /// Everything ran and passed.
-    Passed = 0,
-    /// A test, a copy or a check of the data failed.
-    Failed = 1,
-    /// The command line is wrong (clap exits with 2 for its own errors too).
-    Usage = 2,
-    /// The machine lacks what the tool needs: libgdrapi, the MUSA driver or a GPU, mtgdrdrv or
-    /// a working dma-buf backend.
-    Unavailable = 77,
-}
-
-impl Status {
-    pub fn code(self) -> u8 {
-        self as u8
-    }
-}
-
-impl From<Status> for ExitCode {
-    fn from(s: Status) -> ExitCode {
-        ExitCode::from(s.code())
-    }
-}
-
-/// An error meaning the environment lacks something (exit status 77).
-#[derive(Debug)]
-struct Unavailable(anyhow::Error);
-
-/// An error in what the user asked for, found after parsing (exit status 2).
-#[derive(Debug)]
-struct Usage(String);
-
-impl fmt::Display for Unavailable {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:#}", self.0)
-    }
-}
-
-impl fmt::Display for Usage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Unavailable {}
-impl std::error::Error for Usage {}
-
-/// Marks `e` as "the environment lacks something": the tool exits with 77.
-pub fn unavailable(e: impl Into<anyhow::Error>) -> anyhow::Error {
-    anyhow::Error::new(Unavailable(e.into()))
-}
-
-/// A usage error found after parsing (a value out of range for another value): exit status 2.
-pub fn usage(msg: impl fmt::Display) -> anyhow::Error {
-    anyhow::Error::new(Usage(msg.to_string()))
-}
-
-/// The exit status an error stands for (contexts added on top do not change it).
-pub fn status_of(e: &anyhow::Error) -> Status {
-    if e.downcast_ref::<Unavailable>().is_some() {
-        Status::Unavailable
-    } else if e.downcast_ref::<Usage>().is_some() {
-        Status::Usage
-    } else {
-        Status::Failed
-    }
-}
+use crate::gdr::Gdr;
+pub use crate::status::{status_of, unavailable, usage, Status};
+use crate::term::Term;
 
 /// Ends a tool: prints a failure as `program: message` on standard error (the whole context
 /// chain on one line, after a usage error the pointer to `--help`) and returns its status.
@@ -99,6 +28,20 @@ pub fn finish(program: &str, term: &Term, outcome: Result<Status>) -> ExitCode {
             status.into()
         }
     }
+}
+
+/// A tool's `main` after parsing: `--version`, else `run`, ended by [`finish`].
+pub fn main(
+    program: &str,
+    version: &VersionFlag,
+    run: impl FnOnce(Term) -> Result<Status>,
+) -> ExitCode {
+    if version.version {
+        print!("{}", versions(program));
+        return ExitCode::SUCCESS;
+    }
+    let term = Term::detect();
+    finish(program, &term, run(term))
 }
 
 /// The `-V`/`--version` flag every tool has: it prints more than clap's own would.
@@ -118,12 +61,10 @@ pub fn versions(program: &str) -> String {
     let line = |name: &str, value: String| format!("{:<12} {value}\n", format!("{name}:"));
     match crate::gdr::api() {
         Ok(api) => {
-            let (mut major, mut minor) = (0, 0);
-            // SAFETY: both are valid out pointers.
-            unsafe { (api.runtime_get_version)(&mut major, &mut minor) };
+            let (major, minor) = crate::gdr::runtime_version(api);
             let path = crate::gdr::library_path().unwrap_or_else(|| "path unknown".into());
             out += &line("libgdrapi", format!("{major}.{minor} ({path})"));
-            out += &line("driver", backend_description(api));
+            out += &line("driver", backend_description());
         }
         Err(e) => {
             out += &line("libgdrapi", format!("not loaded: {e:#}"));
@@ -139,91 +80,18 @@ pub fn versions(program: &str) -> String {
 }
 
 /// The backend a `gdr_open` gets: "mtgdrdrv X.Y", "dma-buf backend", or why none.
-fn backend_description(api: &crate::gdr::Api) -> String {
-    // SAFETY: gdr_open takes no arguments; a NULL return is handled.
-    let g = unsafe { (api.open)() };
-    if g.is_null() {
-        return format!("none: {:#}", open_failure(std::io::Error::last_os_error()));
-    }
-    let mut dmabuf: c_int = 0;
-    // SAFETY: `g` is open and `dmabuf` a valid out pointer.
-    let rc =
-        unsafe { (api.get_attribute)(g, gdrapi::Attribute::UsingDmaBufMmap as c_int, &mut dmabuf) };
-    let text = if rc == 0 && dmabuf != 0 {
-        "dma-buf backend (no kernel module in use)".to_string()
-    } else {
-        let (mut major, mut minor) = (0, 0);
-        // SAFETY: `g` is open; both are valid out pointers.
-        match unsafe { (api.driver_get_version)(g, &mut major, &mut minor) } {
-            0 => format!("mtgdrdrv {major}.{minor} ({})", gdrapi::DEVICE_PATH),
-            rc => format!(
-                "mtgdrdrv, version unknown: {}",
-                nix::errno::Errno::from_raw(rc)
-            ),
-        }
+fn backend_description() -> String {
+    let gdr = match Gdr::open() {
+        Ok(gdr) => gdr,
+        Err(e) => return format!("none: {e:#}"),
     };
-    // SAFETY: `g` is open and not used again.
-    unsafe { (api.close)(g) };
-    text
-}
-
-/// Whether `GDRCOPY_USE_DMABUF_MMAP=1` forces the dma-buf backend (libgdrapi's exact rule).
-fn dmabuf_forced() -> bool {
-    std::env::var_os(gdrapi::USE_DMABUF_ENV).is_some_and(|v| v == "1")
-}
-
-/// Why the module backend is not usable by this process, if it is not.
-fn module_problem() -> Option<std::io::Error> {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(gdrapi::DEVICE_PATH)
-        .err()
-}
-
-/// The error for a failed `gdr_open` (`errno` is its errno), marked unavailable, with a hint
-/// that fits the backend libgdrapi tried.
-pub fn open_failure(errno: std::io::Error) -> anyhow::Error {
-    let device = gdrapi::DEVICE_PATH;
-    let env = gdrapi::USE_DMABUF_ENV;
-    let why = "GDRCOPY_ENABLE_LOGGING=1 says why";
-    let hint = if dmabuf_forced() {
-        format!(
-            "the dma-buf backend was forced ({env}=1): it needs the MUSA driver's libmusa.so.1 \
-             and a driver that lets the CPU map exported device memory; unset {env} to use \
-             mtgdrdrv; {why}"
-        )
-    } else {
-        match module_problem() {
-            Some(e) if e.kind() == std::io::ErrorKind::NotFound => format!(
-                "mtgdrdrv is not loaded ({device} does not exist) and the dma-buf backend did \
-                 not work either: load the module (sudo modprobe mtgdrdrv, or sudo ./insmod.sh \
-                 in a source tree); {why}"
-            ),
-            Some(e) if e.kind() == std::io::ErrorKind::PermissionDenied => format!(
-                "{device} exists but this user may not open it, and the dma-buf backend did not \
-                 work either: join its group (ls -l {device}; sudo usermod -aG render USER, \
-                 then log in again); {why}"
-            ),
-            Some(e) => format!("{device}: {e}; {why}"),
-            None => why.to_string(),
-        }
-    };
-    unavailable(anyhow::anyhow!("gdr_open failed: {errno} ({hint})"))
-}
-
-/// The warning for a process that got the dma-buf backend only because it may not open
-/// `/dev/mtgdrdrv`: otherwise the slower fallback would go unnoticed.
-pub fn fallback_warning(using_dmabuf: bool) -> Option<String> {
-    if !using_dmabuf || dmabuf_forced() || !Path::new(gdrapi::DEVICE_PATH).exists() {
-        return None;
+    if gdr.using_dmabuf() {
+        return "dma-buf backend (no kernel module in use)".into();
     }
-    let e = module_problem()?;
-    Some(format!(
-        "{}: {e}: using the dma-buf backend instead of mtgdrdrv (join the device's group to \
-         use the module: sudo usermod -aG render USER)",
-        gdrapi::DEVICE_PATH
-    ))
+    match gdr.driver_version() {
+        Ok((major, minor)) => format!("mtgdrdrv {major}.{minor} ({})", gdrapi::DEVICE_PATH),
+        Err(e) => format!("mtgdrdrv, version unknown: {e:#}"),
+    }
 }
 
 /// The project's home, whose README the manual pages point to (the workspace's `repository`,
@@ -301,37 +169,3 @@ pub const FILES: &[(&str, &str)] = &[
          /usr/local/musa/lib64 and /usr/local/musa/lib.",
     ),
 ];
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use anyhow::Context;
-
-    #[test]
-    fn statuses_survive_added_context() {
-        let e = unavailable(anyhow::anyhow!("no libmusa"));
-        assert_eq!(status_of(&e), Status::Unavailable);
-        let e = Err::<(), _>(e).context("opening GPU 0").unwrap_err();
-        assert_eq!(status_of(&e), Status::Unavailable);
-        assert_eq!(format!("{e:#}"), "opening GPU 0: no libmusa");
-        let e = Err::<(), _>(usage("-o must be a multiple of 4"))
-            .context("plan")
-            .unwrap_err();
-        assert_eq!(status_of(&e), Status::Usage);
-        assert_eq!(status_of(&anyhow::anyhow!("data differs")), Status::Failed);
-    }
-
-    #[test]
-    fn exit_codes_are_the_documented_ones() {
-        let codes: Vec<u8> = [
-            Status::Passed,
-            Status::Failed,
-            Status::Usage,
-            Status::Unavailable,
-        ]
-        .iter()
-        .map(|s| s.code())
-        .collect();
-        assert_eq!(codes, [0, 1, 2, 77]);
-    }
-}

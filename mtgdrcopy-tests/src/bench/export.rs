@@ -20,7 +20,7 @@ pub enum JsonExport {
     File { path: PathBuf, temp: TempFile },
 }
 
-/// A file that is removed when dropped, unless [`TempFile::persist`] renamed it.
+/// A file that is removed when dropped, unless `persist` renamed it.
 pub struct TempFile {
     path: PathBuf,
     file: File,
@@ -71,7 +71,7 @@ impl JsonExport {
         let path = PathBuf::from(target);
         // A file that cannot be created is a wrong command line (exit status 2).
         let temp = TempFile::beside(&path).map_err(|e| {
-            crate::tool::usage(format!(
+            crate::status::usage(format!(
                 "cannot create the --json file {}: {e}",
                 path.display()
             ))

@@ -1,5 +1,5 @@
 //! What copybw, copylat and apiperf share: options ([`cli`]), the result schema ([`result`]),
-//! statistics ([`stats`]), the JSON export ([`export`]), terminal handling ([`term`]) and the
+//! statistics ([`stats`]), the JSON export ([`export`]), terminal handling ([`Term`]) and the
 //! GPU/gdr session ([`session`]).
 
 use std::process::ExitCode;
@@ -12,24 +12,16 @@ pub mod export;
 pub mod result;
 pub mod session;
 pub mod stats;
-pub mod term;
 
-pub use term::Term;
+pub use crate::term::Term;
 
 /// A benchmark's `main` after parsing: `--version`, else `run`, whose failure is printed as
 /// `program: …` (one line, the whole context chain) with the exit status it stands for
 /// ([`crate::tool::Status`]).
 pub fn main(program: &str, common: &cli::Common, run: impl FnOnce(Term) -> Result<()>) -> ExitCode {
-    if common.version.version {
-        print!("{}", crate::tool::versions(program));
-        return ExitCode::SUCCESS;
-    }
-    let term = Term::detect();
-    crate::tool::finish(
-        program,
-        &term,
-        run(term).map(|()| crate::tool::Status::Passed),
-    )
+    crate::tool::main(program, &common.version, |term| {
+        run(term).map(|()| crate::tool::Status::Passed)
+    })
 }
 
 /// Runs `f` `n` times (n >= 1) and returns the mean time per call in µs; the first error

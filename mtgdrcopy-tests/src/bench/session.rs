@@ -11,9 +11,9 @@ use gdrapi::MappingType;
 use super::cli::{Common, MapType};
 use super::export::JsonExport;
 use super::result::{BenchResult, Report, Setup, Tool, SCHEMA_VERSION};
-use super::term::Term;
-use crate::gdr::{self, gdr_info_v2, gdr_mh_t, gdr_t, Api};
+use crate::gdr::{self, gdr_info_v2, gdr_mh_t};
 use crate::gpu::{DevicePtr, Gpu};
+use crate::term::Term;
 
 /// The GPU page: pins and mappings are made of whole ones.
 pub const GPU_PAGE: u64 = gdrapi::GPU_PAGE_SIZE;
@@ -87,7 +87,7 @@ impl Env {
         let gpu = crate::musa::open(common.device)
             .with_context(|| format!("opening GPU {}", common.device))?;
         let gdr = Gdr::open()?;
-        if let Some(warning) = crate::tool::fallback_warning(gdr.using_dmabuf()) {
+        if let Some(warning) = crate::gdr::fallback_warning(gdr.using_dmabuf()) {
             Term::detect().warn(warning);
         }
         Ok(Env {
@@ -235,53 +235,9 @@ pub struct Info {
     pub mapping_type: c_int,
 }
 
-/// An open `gdr_t`, closed on drop.
-pub struct Gdr {
-    api: &'static Api,
-    g: gdr_t,
-}
+pub use crate::gdr::Gdr;
 
 impl Gdr {
-    pub fn open() -> Result<Gdr> {
-        let api = gdr::api()?;
-        // SAFETY: gdr_open takes no arguments; a NULL return is handled.
-        let g = unsafe { (api.open)() };
-        if g.is_null() {
-            return Err(crate::tool::open_failure(std::io::Error::last_os_error()));
-        }
-        Ok(Gdr { api, g })
-    }
-
-    /// Whether the dma-buf backend is in use (`GDR_ATTR_USING_DMA_BUF_MMAP`).
-    pub fn using_dmabuf(&self) -> bool {
-        let mut v: c_int = 0;
-        let attr = gdrapi::Attribute::UsingDmaBufMmap as c_int;
-        // SAFETY: `g` is open and `v` a valid out pointer.
-        let rc = unsafe { (self.api.get_attribute)(self.g, attr, &mut v) };
-        rc == 0 && v != 0
-    }
-
-    pub fn api(&self) -> &'static Api {
-        self.api
-    }
-
-    /// The loaded library's version (`gdr_runtime_get_version`).
-    pub fn runtime_version(&self) -> (i32, i32) {
-        let (mut major, mut minor) = (0, 0);
-        // SAFETY: both are valid out pointers.
-        unsafe { (self.api.runtime_get_version)(&mut major, &mut minor) };
-        (major, minor)
-    }
-
-    /// The kernel module's version (`gdr_driver_get_version`).
-    pub fn driver_version(&self) -> Result<(i32, i32)> {
-        let (mut major, mut minor) = (0, 0);
-        // SAFETY: `g` is open; both are valid out pointers.
-        let rc = unsafe { (self.api.driver_get_version)(self.g, &mut major, &mut minor) };
-        gdr::check(rc).context("gdr_driver_get_version")?;
-        Ok((major, minor))
-    }
-
     /// `gdr_pin_buffer` of `size` bytes at `addr`, with no P2P token.
     pub fn pin(&self, addr: DevicePtr, size: u64) -> Result<Pin<'_>> {
         let mut mh = gdr_mh_t::default();
@@ -294,13 +250,6 @@ impl Gdr {
             mh,
             pinned: true,
         })
-    }
-}
-
-impl Drop for Gdr {
-    fn drop(&mut self) {
-        // SAFETY: `g` is open and is not used again; every Pin borrowed it and is gone.
-        unsafe { (self.api.close)(self.g) };
     }
 }
 

@@ -6,7 +6,6 @@ use std::process::ExitCode;
 
 use anyhow::{ensure, Context, Result};
 use clap::Parser;
-use mtgdrcopy_tests::bench::Term;
 use mtgdrcopy_tests::cli::musainfo::Cli;
 use mtgdrcopy_tests::gpu::Gpu;
 use mtgdrcopy_tests::musa;
@@ -16,12 +15,9 @@ const PROGRAM: &str = "mtgdrcopy_musainfo";
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if cli.version.version {
-        print!("{}", tool::versions(PROGRAM));
-        return ExitCode::SUCCESS;
-    }
-    let outcome = run(&cli).map(|()| Status::Passed);
-    tool::finish(PROGRAM, &Term::detect(), outcome)
+    tool::main(PROGRAM, &cli.version, |_| {
+        run(&cli).map(|()| Status::Passed)
+    })
 }
 
 fn run(cli: &Cli) -> Result<()> {

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use clap::Parser;
 
-use mtgdrcopy_tests::bench::Term;
 use mtgdrcopy_tests::cli::sanity::Args;
+use mtgdrcopy_tests::gdr;
 use mtgdrcopy_tests::sanity::report::Report;
 use mtgdrcopy_tests::sanity::runner::{run_case, run_isolated, Outcome};
 use mtgdrcopy_tests::sanity::{self, Case, Ctx};
@@ -42,24 +42,20 @@ impl Selected {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if args.version.version {
-        print!("{}", tool::versions(PROGRAM));
-        return ExitCode::SUCCESS;
-    }
-    let outcome = run(&args);
-    if let Err(e) = &outcome {
-        let status = tool::status_of(e);
-        if status != Status::Usage {
-            // The machine-readable formats say why nothing ran, on stdout too.
-            let _ = Report::bail_out(
-                args.format,
-                std::io::stdout().lock(),
-                &format!("{e:#}"),
-                status.code(),
-            );
-        }
-    }
-    tool::finish(PROGRAM, &Term::detect(), outcome)
+    tool::main(PROGRAM, &args.version, |_| {
+        run(&args).inspect_err(|e| {
+            let status = tool::status_of(e);
+            if status != Status::Usage {
+                // The machine-readable formats say why nothing ran, on stdout too.
+                let _ = Report::bail_out(
+                    args.format,
+                    std::io::stdout().lock(),
+                    &format!("{e:#}"),
+                    status.code(),
+                );
+            }
+        })
+    })
 }
 
 /// Runs the selection.
@@ -203,21 +199,10 @@ fn preflight(ctx: &Ctx, timeout: Duration) -> Result<()> {
     let device = ctx.device;
     let outcome = run_isolated(
         || {
-            let api = mtgdrcopy_tests::gdr::api()?;
+            mtgdrcopy_tests::gdr::api()?;
             let gpu = ctx.gpu()?;
-            // SAFETY: gdr_open takes no arguments; a NULL return is handled.
-            let g = unsafe { (api.open)() };
-            if g.is_null() {
-                return Err(tool::open_failure(std::io::Error::last_os_error()));
-            }
-            let mut dmabuf = 0;
-            // SAFETY: `g` is open and `dmabuf` a valid out pointer.
-            let rc = unsafe {
-                (api.get_attribute)(g, gdrapi::Attribute::UsingDmaBufMmap as i32, &mut dmabuf)
-            };
-            // SAFETY: `g` is open and not used afterwards.
-            unsafe { (api.close)(g) };
-            if let Some(warning) = tool::fallback_warning(rc == 0 && dmabuf != 0) {
+            let using_dmabuf = gdr::Gdr::open()?.using_dmabuf();
+            if let Some(warning) = gdr::fallback_warning(using_dmabuf) {
                 eprintln!("{PROGRAM}: warning: {warning}");
             }
             if sanity::verbose() {
