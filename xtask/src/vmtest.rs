@@ -282,18 +282,11 @@ fn tool_files(sh: &Shell) -> Result<Vec<(PathBuf, String)>> {
         files.push((to, guest));
         Ok(())
     };
-    for entry in std::fs::read_dir(&release)? {
-        let path = entry?.path();
-        let Some(name) = path.file_name().and_then(|n| n.to_str()).map(String::from) else {
-            continue;
-        };
-        // The tools, and the adversarial suite's fuzzer (test-only, not in any package).
-        let wanted = name.starts_with("mtgdrcopy_") || name == "mtgdrdrv_fuzz";
-        if wanted && path.is_file() && !name.contains('.') {
-            stage(path, &name, format!("/usr/bin/{name}"))?;
-        }
+    // The tools, and the adversarial suite's fuzzer (test-only, not in any package).
+    for (path, name) in programs(&release, |name| name == "mtgdrdrv_fuzz")? {
+        stage(path, &name, format!("/usr/bin/{name}"))?;
     }
-    let soname = format!("libgdrapi.so.{}", gdrapi::GDR_API_MAJOR_VERSION);
+    let soname = crate::build::soname();
     stage(
         release.join("libgdrapi.so"),
         &soname,
@@ -305,6 +298,23 @@ fn tool_files(sh: &Shell) -> Result<Vec<(PathBuf, String)>> {
         "/usr/lib/mtgdrcopy/emu/libmusa.so.1".into(),
     )?;
     Ok(files)
+}
+
+/// The programs cargo built in `dir` (files without an extension): the mtgdrcopy tools and those
+/// `also` names, with their names.
+pub fn programs(dir: &Path, also: impl Fn(&str) -> bool) -> Result<Vec<(PathBuf, String)>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let path = entry?.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()).map(String::from) else {
+            continue;
+        };
+        if (name.starts_with("mtgdrcopy_") || also(&name)) && path.is_file() && !name.contains('.')
+        {
+            found.push((path, name));
+        }
+    }
+    Ok(found)
 }
 
 const SCRIPT: &str = r#"
@@ -693,6 +703,35 @@ pub fn test_steps() -> Vec<crate::test::Step<'static>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn programs_are_the_tools_and_what_is_asked_for() {
+        let dir = std::env::temp_dir().join(format!("xtask-programs-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("mtgdrcopy_dir")).unwrap();
+        for name in [
+            "mtgdrcopy_copybw",
+            "mtgdrcopy_copybw.d",
+            "mtgdrdrv_fuzz",
+            "other",
+        ] {
+            std::fs::write(dir.join(name), "").unwrap();
+        }
+        let names = |also: fn(&str) -> bool| {
+            let mut n: Vec<String> = programs(&dir, also)
+                .unwrap()
+                .into_iter()
+                .map(|p| p.1)
+                .collect();
+            n.sort();
+            n
+        };
+        assert_eq!(names(|_| false), ["mtgdrcopy_copybw"]);
+        assert_eq!(
+            names(|n| n == "mtgdrdrv_fuzz"),
+            ["mtgdrcopy_copybw", "mtgdrdrv_fuzz"]
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn warnings_before_6_13_are_absolute() {

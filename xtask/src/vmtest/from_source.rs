@@ -116,12 +116,8 @@ pub fn prepare(sh: &Shell, kernel: &Kernel) -> Result<(Vec<(PathBuf, String)>, S
     for name in ["libgdrapi.so".to_string(), crate::build::soname()] {
         files.push((release.join(&name), format!("/src/target/release/{name}")));
     }
-    for entry in std::fs::read_dir(&release)? {
-        let path = entry?.path();
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if name.starts_with("mtgdrcopy_") && !name.contains('.') && path.is_file() {
-            files.push((path.clone(), format!("/src/target/release/{name}")));
-        }
+    for (path, name) in super::programs(&release, |_| false)? {
+        files.push((path, format!("/src/target/release/{name}")));
     }
     let dir = paths::build_dir().join("vm/from-source");
     std::fs::create_dir_all(&dir)?;
