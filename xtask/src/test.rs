@@ -158,7 +158,7 @@ pub fn link_library(target: &Path, lib: &Path) -> Result<PathBuf> {
     std::fs::create_dir_all(&lib)?;
     let version = gdrapi_version();
     let real = format!("libgdrapi.so.{version}");
-    let soname = format!("libgdrapi.so.{}", gdrapi::GDR_API_MAJOR_VERSION);
+    let soname = crate::build::soname();
     std::fs::copy(target.join("libgdrapi.so"), lib.join(&real))?;
     std::fs::copy(target.join("libgdrapi.a"), lib.join("libgdrapi.a"))?;
     for (link, to) in [
