@@ -81,7 +81,7 @@ fn run(args: &Args) -> Result<Status> {
         if args.verbose {
             eprintln!("&&&& RUNNING {name}");
         }
-        let pins_before = pins_and_mappings();
+        let pins_before = sanity::Counters::read().ok();
         let case_start = Instant::now();
         let outcome = match sel {
             Selected::Run(case) => run_case(case, &ctx, timeout)?,
@@ -91,10 +91,10 @@ fn run(args: &Args) -> Result<Status> {
             ),
         };
         let seconds = case_start.elapsed().as_secs_f64();
-        if let (Some(before), Some(after)) = (pins_before, pins_and_mappings()) {
+        if let (Some(before), Some(after)) = (pins_before, sanity::Counters::read().ok()) {
             if after != before {
                 eprintln!(
-                    "warning: {name}: module pins/mappings went from {before:?} to {after:?} \
+                    "warning: {name}: the module's counters went from {before:?} to {after:?} \
                      (a leak, or another process using the device)"
                 );
             }
@@ -223,14 +223,4 @@ fn preflight(ctx: &Ctx, timeout: Duration) -> Result<()> {
             Err(tool::unavailable(anyhow::anyhow!(why)))
         }
     }
-}
-
-/// The module's outstanding pins and mappings, when its counters are readable.
-fn pins_and_mappings() -> Option<(i64, i64)> {
-    use mtgdrdrv::procfs::{counter, COUNTERS_PATH};
-    let text = std::fs::read_to_string(COUNTERS_PATH).ok()?;
-    Some((
-        counter(&text, "pins_outstanding")?,
-        counter(&text, "mappings")?,
-    ))
 }

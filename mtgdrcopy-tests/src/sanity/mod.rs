@@ -33,7 +33,7 @@ mod invalidation;
 mod leakage;
 pub mod report;
 pub mod runner;
-pub use support::emulated;
+pub use support::{emulated, Counters};
 mod support;
 
 /// What every case gets: the device to use.
