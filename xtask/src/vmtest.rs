@@ -300,6 +300,13 @@ fn tool_files(sh: &Shell) -> Result<Vec<(PathBuf, String)>> {
     Ok(files)
 }
 
+/// The console lines the guest marked with `prefix` (e.g. `MTGDRCOPY-EXIT `), without it.
+pub fn marked<'a>(console: &'a str, prefix: &'a str) -> impl Iterator<Item = &'a str> {
+    console
+        .lines()
+        .filter_map(move |l| l.trim_end_matches('\r').strip_prefix(prefix))
+}
+
 /// The programs cargo built in `dir` (files without an extension): the mtgdrcopy tools and those
 /// `also` names, with their names.
 pub fn programs(dir: &Path, also: impl Fn(&str) -> bool) -> Result<Vec<(PathBuf, String)>> {
@@ -530,10 +537,7 @@ pub fn run_module_tests(sh: &Shell, kernel: &Kernel) -> Result<()> {
 /// The `expect_exit` lines of [`SCRIPT`]: each tool ended with the status it should, and all
 /// of them ran.
 fn check_tool_statuses(console: &str, log: &Path) -> Result<()> {
-    let exits: Vec<&str> = console
-        .lines()
-        .filter_map(|l| l.trim_end_matches('\r').strip_prefix("MTGDRCOPY-EXIT "))
-        .collect();
+    let exits: Vec<&str> = marked(console, "MTGDRCOPY-EXIT ").collect();
     for line in &exits {
         eprintln!("      guest exit status: {line}");
         let mut f = line.split_whitespace();

@@ -180,13 +180,7 @@ rmmod mtgpu_emu || fail "rmmod mtgpu_emu (from source)"
 /// (not the dma-buf fallback), the sanity suite passed, and insmod.sh gave the device the udev
 /// rule's group and mode.
 pub fn check(console: &str, log: &Path) -> Result<()> {
-    let lines = |prefix: &str| -> Vec<String> {
-        console
-            .lines()
-            .filter_map(|l| l.trim_end_matches('\r').strip_prefix(prefix))
-            .map(str::to_string)
-            .collect()
-    };
+    let lines = |prefix| -> Vec<&str> { super::marked(console, prefix).collect() };
     let exit = lines("MTGDRCOPY-FROM-SOURCE-EXIT ");
     let user = lines("MTGDRCOPY-FROM-SOURCE ");
     let root = lines("MTGDRCOPY-FROM-SOURCE-ROOT ");
@@ -257,6 +251,24 @@ mod tests {
         assert!(readme_lines(&doc("sudo ./insmod.sh\ncargo xtask build\nrun")).is_err());
         assert!(readme_lines(&doc("cargo xtask build\nrun")).is_err());
         assert!(readme_lines("no such section").is_err());
+    }
+
+    #[test]
+    fn the_verdict_needs_the_rule_the_module_and_a_passing_sanity() {
+        let good = "MTGDRCOPY-FROM-SOURCE-ROOT insmod.sh: ... group render, mode 0660, as ...\r\n\
+                    MTGDRCOPY-FROM-SOURCE-EXIT 0\n\
+                    MTGDRCOPY-FROM-SOURCE driver:      mtgdrdrv 0.1 (/dev/mtgdrdrv)\n\
+                    MTGDRCOPY-FROM-SOURCE 41 passed, 0 failed, 1 skipped\n";
+        let log = Path::new("log");
+        check(good, log).unwrap();
+        for (from, to) in [
+            ("EXIT 0", "EXIT 1"),
+            ("mode 0660", "mode 0600"),
+            ("mtgdrdrv 0.1", "dma-buf backend"),
+            ("0 failed", "2 failed"),
+        ] {
+            assert!(check(&good.replace(from, to), log).is_err(), "{to}");
+        }
     }
 
     #[test]
