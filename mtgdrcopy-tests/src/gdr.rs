@@ -222,7 +222,7 @@ pub fn open_failure(errno: std::io::Error) -> anyhow::Error {
             ),
             Some(e) if e.kind() == std::io::ErrorKind::PermissionDenied => format!(
                 "{device} exists but this user may not open it, and the dma-buf backend did not \
-                 work either: join its group (ls -l {device}; sudo usermod -aG render USER, \
+                 work either: join its group (ls -l {device}; sudo usermod -aG render $(id -un), \
                  then log in again); {why}"
             ),
             Some(e) => format!("{device}: {e}; {why}"),
@@ -241,7 +241,7 @@ pub fn fallback_warning(using_dmabuf: bool) -> Option<String> {
     let e = module_problem()?;
     Some(format!(
         "{}: {e}: using the dma-buf backend instead of mtgdrdrv (join the device's group to \
-         use the module: sudo usermod -aG render USER)",
+         use the module: sudo usermod -aG render $(id -un))",
         gdrapi::DEVICE_PATH
     ))
 }
