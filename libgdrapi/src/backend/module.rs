@@ -402,8 +402,12 @@ impl Backend for Driver {
         } else if request != MapRequest::Default {
             return Err(Error::new("map", Errno::EINVAL));
         }
-        let len =
-            round_up(size, Driver::page_size(self)).ok_or(Error::new("map", Errno::EINVAL))?;
+        // Checked here rather than left to the module: mmap refuses a length beyond the address
+        // space with ENOMEM before the module sees it, and the contract says EINVAL.
+        let pinned = Backend::info(self, handle)?.mapped_size;
+        let len = round_up(size, Driver::page_size(self))
+            .filter(|&l| l as u64 <= pinned)
+            .ok_or(Error::new("map", Errno::EINVAL))?;
         let ptr = self.mmap(handle, len)?;
         let wanted = match request {
             MapRequest::Default => None,

@@ -155,6 +155,12 @@ fn c_api_bad_input_returns_documented_errors_and_pins_nothing() {
         assert_eq!(gdr_map(g, mh, ptr::null_mut(), MIB as usize), e, "NULL va");
         assert_eq!(gdr_map(g, mh, &mut map, 0), e, "size 0");
         assert_eq!(gdr_map(g, mh, &mut map, usize::MAX), e, "overflowing size");
+        // Page-aligned and too long for any address space: mmap itself would say ENOMEM.
+        assert_eq!(
+            gdr_map(g, mh, &mut map, usize::MAX & !4095),
+            e,
+            "size beyond the address space"
+        );
         assert_eq!(
             gdr_map(g, mh, &mut map, MIB as usize + 1),
             e,
