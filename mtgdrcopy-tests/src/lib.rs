@@ -4,7 +4,6 @@
 
 pub mod bench;
 pub mod cli;
-pub mod emu;
 pub mod gdr;
 pub mod gpu;
 pub mod musa;

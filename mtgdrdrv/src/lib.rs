@@ -11,7 +11,6 @@
 #![no_std]
 
 pub mod abi;
-pub mod emu;
 pub mod procfs;
 pub mod version;
 

@@ -94,7 +94,7 @@ fn generated_headers(root: &Path) -> Result<Vec<Generated>> {
             contents: kmod_header(&root)?,
         },
         Generated {
-            path: root.join("mtgdrdrv/emu/mtgpu_emu_ioctl.h"),
+            path: root.join("testing/mtgpu-emu/mtgpu_emu_ioctl.h"),
             contents: emu_header(&root)?,
         },
         Generated {
@@ -131,7 +131,7 @@ pub fn run_cbindgen(crate_dir: &Path, config: cbindgen::Config) -> Result<String
 fn kmod_header(root: &Path) -> Result<String> {
     use mtgdrdrv as abi;
 
-    let mut config = uapi_config(
+    let config = uapi_config(
         "MTGDRDRV_IOCTL_H",
         "the `mtgdrdrv` crate (mtgdrdrv/src/abi.rs, version.rs)",
         "The mtgdrdrv ioctl ABI, shared by the kernel module and user space.",
@@ -149,21 +149,6 @@ fn kmod_header(root: &Path) -> Result<String> {
             "GDRDRV_IOC_REQ_MAPPING_TYPE_PARAMS",
             "GDRDRV_IOC_GET_VERSION_PARAMS",
         ],
-    );
-    config.export.exclude.extend(
-        [
-            "MTGPU_EMU_IOCTL",
-            "MTGPU_EMU_VA_BASE",
-            "MTGPU_EMU_PAGE_4K",
-            "MTGPU_EMU_PAGE_64K",
-            "MTGPU_EMU_PAGE_2M",
-            "MTGPU_EMU_ALLOC_SCATTER",
-            "MTGPU_EMU_ALLOC_MANAGED",
-            "MTGPU_EMU_ALLOC_SPARSE",
-            "MTGPU_EMU_FAULT_MAX",
-            "MTGPU_EMU_EXPORT_NO_MMAP",
-        ]
-        .map(String::from),
     );
     let body = run_cbindgen(&root.join("mtgdrdrv"), config)?;
 
@@ -259,11 +244,10 @@ pub fn insert_defines(body: &str, defines: &str) -> Result<String> {
 }
 
 fn emu_header(root: &Path) -> Result<String> {
-    use mtgdrdrv::emu;
-    // cbindgen would need to parse every module of the crate; restrict it to the emulator's.
-    let mut config = uapi_config(
+    use mtgpu_emu_abi as emu;
+    let config = uapi_config(
         "MTGPU_EMU_IOCTL_H",
-        "the `mtgdrdrv` crate (mtgdrdrv/src/emu.rs)",
+        "the `mtgpu-emu-abi` crate (testing/emu-abi/src/abi.rs)",
         "Test-only interface of the emulated mtgpu provider, /dev/mtgpu_emu.",
         &[
             "mtgpu_emu_fault_kind",
@@ -275,21 +259,7 @@ fn emu_header(root: &Path) -> Result<String> {
             "mtgpu_emu_export_dmabuf",
         ],
     );
-    config.export.exclude.extend(
-        [
-            "GDRDRV_IOCTL",
-            "GDRDRV_PIN_BUFFER_FLAG_DEFAULT",
-            "GDRDRV_PIN_BUFFER_FLAG_FORCE_PCIE",
-            "MAJOR_VERSION_SHIFT",
-            "MINOR_VERSION_MASK",
-            "MTGDRDRV_MAJOR_VERSION",
-            "MTGDRDRV_MINOR_VERSION",
-            "MINIMUM_GDR_API_MAJOR_VERSION",
-            "MINIMUM_GDR_API_MINOR_VERSION",
-        ]
-        .map(String::from),
-    );
-    let body = run_cbindgen(&root.join("mtgdrdrv"), config)?;
+    let body = run_cbindgen(&root.join("testing/emu-abi"), config)?;
     let mut defines = String::from("\n/* Command numbers (generic Linux _IOC encoding). */\n");
     for (name, value) in emu::EMU_IOCTLS {
         writeln!(defines, "#define {name:<28} 0x{value:08X}U")?;

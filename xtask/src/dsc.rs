@@ -39,8 +39,10 @@ const LEFT_OUT: &[&str] = &[
     ".github/",
     "debian/",
     "libgdrapi/fuzz/",
-    "mtgdrdrv/emu/",
-    "mtgdrdrv/fuzz/",
+    "testing/copy-harness/",
+    "testing/fuzz/",
+    "testing/mtgpu-emu/",
+    "testing/musa-emu/",
     "xtask/",
 ];
 

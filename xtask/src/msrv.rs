@@ -3,7 +3,7 @@
 //! - the product's: the workspace's `rust-version` (1.85, Debian trixie's rustc, which the
 //!   source package builds with), taken by every member but xtask: the packaged crates
 //!   (mtgdrdrv, libgdrapi, mtgdrcopy-tests, mtgdrcopy-meta) and the test-only ones built next
-//!   to them (mtgdrdrv/fuzz, mtgdrdrv/emu/musa);
+//!   to them (testing/fuzz, testing/musa-emu, testing/emu-abi);
 //! - xtask's own (it uses `File::lock`, 1.89): a developer tool, built with the pinned toolchain
 //!   (rust-toolchain.toml), never packaged.
 //!

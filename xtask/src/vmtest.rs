@@ -31,39 +31,40 @@ pub fn build_modules(sh: &Shell, kernel: &Kernel) -> Result<(PathBuf, PathBuf)> 
     let out = paths::build_dir().join("kmod").join(&kernel.release);
     let work = work_dir(kernel);
     let work_host = kernel.builder.host_path(&work);
-    let src = paths::root().join("mtgdrdrv");
-    for dir in ["kmod", "emu"] {
-        copy_sources(&src.join(dir), &work_host.join(dir))?;
+    // The repository's layout, which the emulator's Kbuild relies on (it uses mtgdrdrv's probes).
+    let (kmod, emu) = ("mtgdrdrv/kmod", "testing/mtgpu-emu");
+    for dir in [kmod, emu] {
+        copy_sources(&paths::root().join(dir), &work_host.join(dir))?;
     }
     make_module(
         sh,
         kernel,
-        &work.join("kmod"),
+        &work.join(kmod),
         &["MTGPU_SYMVERS=", "MTGDRDRV_TEST_HOOKS=y"],
         "mtgdrdrv",
     )?;
-    make_module(sh, kernel, &work.join("emu"), &[], "mtgpu_emu")?;
-    let built = [
-        (
-            work_host.join("kmod/mtgdrdrv.ko"),
-            out.join("kmod/mtgdrdrv.ko"),
-        ),
-        (
-            work_host.join("emu/mtgpu_emu.ko"),
-            out.join("emu/mtgpu_emu.ko"),
-        ),
+    make_module(sh, kernel, &work.join(emu), &[], "mtgpu_emu")?;
+    let mut built = [
+        work_host.join(kmod).join("mtgdrdrv.ko"),
+        work_host.join(emu).join("mtgpu_emu.ko"),
     ];
     if kernel.builder != Builder::Host {
-        for (from, to) in &built {
+        // A chroot's work directory is reused by the next kernel: keep the modules outside it.
+        for (ko, to) in built
+            .iter_mut()
+            .zip(["kmod/mtgdrdrv.ko", "emu/mtgpu_emu.ko"])
+        {
+            let to = out.join(to);
             if let Some(dir) = to.parent() {
                 std::fs::create_dir_all(dir)
                     .with_context(|| format!("creating {}", dir.display()))?;
             }
-            std::fs::copy(from, to)
-                .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+            std::fs::copy(&*ko, &to)
+                .with_context(|| format!("copying {} to {}", ko.display(), to.display()))?;
+            *ko = to;
         }
     }
-    let [(_, kmod), (_, emu)] = built;
+    let [kmod, emu] = built;
     Ok((kmod, emu))
 }
 
@@ -202,7 +203,11 @@ fn location(loc: &str) -> Option<&str> {
 
 fn is_ours(path: &str, dir: &Path) -> bool {
     let path = path.strip_prefix("./").unwrap_or(path);
-    !path.contains('/') || Path::new(path).starts_with(dir)
+    // The emulator includes mtgdrdrv's compat.h as "../../mtgdrdrv/kmod/compat.h": relative
+    // since 6.13, below its own directory (through "..") before.
+    !path.contains('/')
+        || Path::new(path).starts_with(dir)
+        || path.starts_with("../../mtgdrdrv/kmod/")
 }
 
 /// Copies the regular files of `from` (sources, Kbuild, Makefile, probes) into `to`, leaving
@@ -761,6 +766,17 @@ mod tests {
                    /usr/src/linux-headers-7.2.13+deb14-common/include/linux/compat.h:1:1: warning: theirs\n";
         let found = Warnings::find(log, dir);
         assert_eq!(found.ours.len(), 4, "{found:?}");
+        assert_eq!(found.others, 1);
+    }
+
+    #[test]
+    fn the_emulators_warnings_in_mtgdrdrvs_compat_header_are_ours() {
+        let dir = Path::new("/root/mtgdrcopy-kmod/testing/mtgpu-emu");
+        let log = "../../mtgdrdrv/kmod/compat.h:40:5: warning: since 6.13\n\
+                   /root/mtgdrcopy-kmod/testing/mtgpu-emu/../../mtgdrdrv/kmod/compat.h:40:5: warning: before\n\
+                   ../linux-headers-6.1.0-57-common/include/linux/mm.h:1:1: warning: theirs\n";
+        let found = Warnings::find(log, dir);
+        assert_eq!(found.ours.len(), 2, "{found:?}");
         assert_eq!(found.others, 1);
     }
 }

@@ -104,8 +104,8 @@ fn check(gpu: &dyn Gpu) -> Result<()> {
 }
 
 fn print_emu_stats() -> Result<()> {
-    let emu = mtgdrcopy_tests::emu::Emu::open()
-        .map_err(|e| anyhow::anyhow!("opening {}: {e}", mtgdrcopy_tests::emu::device_path()))?;
+    let emu = mtgpu_emu_abi::Emu::open()
+        .map_err(|e| anyhow::anyhow!("opening {}: {e}", mtgpu_emu_abi::device_path()))?;
     let s = emu
         .stats()
         .map_err(|e| anyhow::anyhow!("emulator stats: {e}"))?;

@@ -14,7 +14,7 @@ use nix::errno::Errno;
 
 use super::support::*;
 use super::{note, Ctx};
-use crate::emu::Emu;
+use mtgpu_emu_abi::Emu;
 
 /// Forces the dma-buf backend in this (single-threaded) case process; `emu_mode` is the
 /// emulated libmusa's `MTGPU_EMU_DMABUF`. Returns the emulator, or skips on hardware.

@@ -7,7 +7,7 @@ use nix::errno::Errno;
 
 use super::support::*;
 use super::{note, Ctx};
-use crate::emu::{Emu, FaultKind};
+use mtgpu_emu_abi::{Emu, FaultKind};
 
 /// Makes the next get_pages call show `kind`; clears the fault on drop, even on failure.
 struct Fault<'e>(&'e Emu);

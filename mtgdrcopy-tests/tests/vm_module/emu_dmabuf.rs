@@ -1,4 +1,4 @@
-//! The CPU mappings of the emulator's dma-bufs (EXPORT_DMABUF, mtgdrdrv/emu/emu_dmabuf.c):
+//! The CPU mappings of the emulator's dma-bufs (EXPORT_DMABUF, testing/mtgpu-emu/emu_dmabuf.c):
 //! their x86 PAT memory type, VMA splits, revocation when the device goes away, and sparse
 //! allocations. Root in the test VM: the kernel's memtype reservations are read from
 //! debugfs (x86/pat_memtype_list).
@@ -14,8 +14,8 @@ use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use mtgdrcopy_tests::emu::device_path;
-use mtgdrdrv::emu::{
+use mtgpu_emu_abi::device_path;
+use mtgpu_emu_abi::{
     mtgpu_emu_export_dmabuf, MTGPU_EMU_IOC_EXPORT_DMABUF, MTGPU_EMU_PAGE_2M, MTGPU_EMU_PAGE_4K,
     MTGPU_EMU_PAGE_64K,
 };
@@ -33,7 +33,7 @@ nix::ioctl_readwrite_bad!(
 const PAGE: usize = 4096;
 
 /// Every odd page a hole.
-const ALLOC_SPARSE: u32 = mtgdrdrv::emu::MTGPU_EMU_ALLOC_SPARSE;
+const ALLOC_SPARSE: u32 = mtgpu_emu_abi::MTGPU_EMU_ALLOC_SPARSE;
 
 const PAT_LIST: &str = "/sys/kernel/debug/x86/pat_memtype_list";
 

@@ -11,7 +11,7 @@ use std::ptr;
 
 use gdrapi::capi::*;
 use gdrapi::{Attribute, Gdr, MapRequest, MappingType, PinFlags};
-use mtgdrcopy_tests::emu::{Emu, FaultKind, PAGE_SIZES};
+use mtgpu_emu_abi::{Emu, FaultKind, PAGE_SIZES};
 use nix::errno::Errno;
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, ForkResult};
@@ -23,7 +23,7 @@ mod provider;
 
 // -------------------------------------------------------------------------------------------
 // The adversarial suite (issue 7): isolation, lifetimes, unload, bad input. The random side is
-// mtgdrdrv_fuzz (mtgdrdrv/fuzz), which `cargo xtask test` runs after these tests.
+// mtgdrdrv_fuzz (testing/fuzz), which `cargo xtask test` runs after these tests.
 mod bad_input;
 mod isolation;
 mod lifetimes;

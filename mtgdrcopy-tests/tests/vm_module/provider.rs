@@ -5,7 +5,7 @@
 //! parameters, restored by [`ProviderMode`] when a test ends.
 
 use super::*;
-use mtgdrdrv::emu::{MTGPU_EMU_ALLOC_SPARSE, MTGPU_EMU_PAGE_2M, MTGPU_EMU_PAGE_4K};
+use mtgpu_emu_abi::{MTGPU_EMU_ALLOC_SPARSE, MTGPU_EMU_PAGE_2M, MTGPU_EMU_PAGE_4K};
 
 const PARAMS: &str = "/sys/module/mtgpu_emu/parameters";
 

@@ -4,8 +4,8 @@
 use anyhow::Result;
 
 use super::{Gdr, ATTR_USING_DMA_BUF_MMAP};
-use crate::emu::Emu;
 use crate::sanity::skip;
+use mtgpu_emu_abi::Emu;
 
 /// Whether `gdr` is libgdrapi's dma-buf backend (`GDR_ATTR_USING_DMA_BUF_MMAP`).
 pub fn dma_buf_backend(gdr: &Gdr) -> Result<bool> {
@@ -22,7 +22,7 @@ pub fn module_backend_or_skip(gdr: &Gdr, what: &str) -> Result<()> {
 
 /// The emulated provider, or a skip for hardware runs.
 pub fn emulator_or_skip(what: &str) -> Result<Emu> {
-    let path = crate::emu::device_path();
+    let path = mtgpu_emu_abi::device_path();
     if !std::path::Path::new(&path).exists() {
         skip!("{what} needs the emulated provider ({path}); not available on MUSA hardware");
     }
@@ -31,5 +31,5 @@ pub fn emulator_or_skip(what: &str) -> Result<Emu> {
 
 /// Whether the run uses the emulated provider.
 pub fn emulated() -> bool {
-    std::path::Path::new(&crate::emu::device_path()).exists()
+    std::path::Path::new(&mtgpu_emu_abi::device_path()).exists()
 }

@@ -4,7 +4,7 @@
 use anyhow::{ensure, Context, Result};
 
 use super::emulated;
-use crate::emu::Emu;
+use mtgpu_emu_abi::Emu;
 
 pub use mtgdrdrv::procfs::COUNTERS_PATH;
 

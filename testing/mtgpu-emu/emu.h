@@ -31,7 +31,7 @@
 #include <linux/mutex.h>
 #include <linux/types.h>
 
-#include "../kmod/mtgpu_p2p.h"
+#include "../../mtgdrdrv/kmod/mtgpu_p2p.h"
 #include "mtgpu_emu_ioctl.h"
 
 struct file;

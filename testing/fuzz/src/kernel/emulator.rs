@@ -1,10 +1,10 @@
 //! Operations on the emulated provider: opening and closing it, allocations, DMA reads and
 //! writes, fault injection and garbage ioctls.
 
-use mtgdrdrv::emu::*;
+use mtgpu_emu_abi::*;
 
 use super::{Alloc, Expect, Finding, Step, Worker};
-use crate::emu::Emu;
+use crate::emu::{Emu, Raw};
 use crate::sys::{self, ename};
 
 const MAX_EMUS: usize = 2;
@@ -17,12 +17,12 @@ impl Worker {
             return Ok(());
         }
         self.note("open emulator".into());
-        match Emu::open() {
+        match Emu::open().raw() {
             Ok(e) => {
                 self.emus.push(Some(e));
                 Ok(())
             }
-            Err(e) => finding!("open {}: {}", crate::emu::PATH, ename(e)),
+            Err(e) => finding!("open {}: {}", crate::emu::path(), ename(e)),
         }
     }
 
@@ -94,7 +94,7 @@ impl Worker {
         let Some(emu) = self.emu(ei) else {
             return Ok(());
         };
-        let va = match emu.alloc(size, align, page_size, flags) {
+        let va = match emu.alloc_flags(size, align, page_size, flags).raw() {
             Ok(va) => va,
             Err(libc::ENOMEM) => return Ok(()),
             Err(e) => finding!("emu alloc: {}", ename(e)),
@@ -102,7 +102,7 @@ impl Worker {
         let rounded = size.div_ceil(u64::from(page_size)) * u64::from(page_size);
         // The emulator zeroes new memory; then the canary pattern replaces the zeros.
         let mut head = vec![0u8; (rounded as usize).min(4096)];
-        if let Err(e) = emu.read(va, &mut head) {
+        if let Err(e) = emu.read(va, &mut head).raw() {
             finding!("emu read of a new allocation: {}", ename(e));
         }
         if head.iter().any(|&b| b != 0) {
@@ -113,7 +113,7 @@ impl Worker {
         let Some(emu) = self.emu(ei) else {
             return Ok(());
         };
-        if let Err(e) = emu.write(va, &shadow) {
+        if let Err(e) = emu.write(va, &shadow).raw() {
             finding!("emu write of the canary: {}", ename(e));
         }
         self.allocs.push(Alloc {
@@ -135,7 +135,7 @@ impl Worker {
         let Some(emu) = self.emu(ei) else {
             return Ok(());
         };
-        let r = emu.free(va);
+        let r = emu.free(va).raw();
         self.check("emu free", &Expect::ok(), r)?;
         self.allocs[a].live = false;
         self.allocs[a].shadow = Vec::new();
@@ -155,7 +155,7 @@ impl Worker {
             let Some(emu) = self.emu(ei) else {
                 return Ok(());
             };
-            let r = emu.free(va);
+            let r = emu.free(va).raw();
             return self.check(
                 "emu free inside an allocation",
                 &Expect::err(libc::EINVAL),
@@ -187,7 +187,7 @@ impl Worker {
             let Some(emu) = self.emu(ei) else {
                 return Ok(());
             };
-            let r = emu.write(va + off, &data);
+            let r = emu.write(va + off, &data).raw();
             self.check("emu write", &Expect::ok(), r)?;
             self.allocs[a].shadow[o..o + l].copy_from_slice(&data);
         } else {
@@ -196,7 +196,7 @@ impl Worker {
             let Some(emu) = self.emu(ei) else {
                 return Ok(());
             };
-            let r = emu.read(va + off, &mut data);
+            let r = emu.read(va + off, &mut data).raw();
             self.check("emu read", &Expect::ok(), r)?;
             if data != self.allocs[a].shadow[o..o + l] {
                 finding!(
@@ -221,7 +221,7 @@ impl Worker {
         let Some(emu) = self.emu(ei) else {
             return Ok(());
         };
-        let r = emu.inject(kind, count);
+        let r = emu.inject_fault_raw(kind, count).raw();
         let exp = if kind > MTGPU_EMU_FAULT_MAX {
             Expect::err(libc::EINVAL)
         } else {
@@ -263,7 +263,7 @@ impl Worker {
         let Some(emu) = self.emu(ei) else {
             return Ok(());
         };
-        let r = sys::ioctl(emu.fd, cmd, arg);
+        let r = sys::ioctl(emu.fd(), cmd, arg);
         self.check("emu garbage ioctl", &exp, r)
     }
 }

@@ -1,27 +1,15 @@
 /* SPDX-License-Identifier: GPL-2.0 OR MIT */
 /*
- * mtgpu_emu: shims for kernel API differences between 5.10 and 7.2, chosen by the build-time
- * probes in conftest/ (run by ../kmod/conftest.sh, see Kbuild). Each shim names the change.
+ * mtgpu_emu: shims for kernel API differences between 5.10 and 7.2. mtgdrdrv's compat.h (which
+ * this includes) holds the shims both modules need; the ones here only the emulator needs. Each
+ * is chosen by a build-time probe (see Kbuild) and names the kernel change.
  */
 #ifndef MTGPU_EMU_COMPAT_H
 #define MTGPU_EMU_COMPAT_H
 
-#include <linux/fs.h>
-#include <linux/mm.h>
-#include <linux/module.h>
-
+/* This module's conftest.h (mtgdrdrv's probes and its own) before mtgdrdrv's compat.h asks. */
 #include "conftest.h"
-
-/*
- * Linux 6.3, "mm: introduce vma->vm_flags wrapper functions": vm_flags became read-only and
- * is changed through vm_flags_set(). Probe: vm_flags_set.c.
- */
-#ifndef MTGDRDRV_HAVE_VM_FLAGS_SET
-static inline void vm_flags_set(struct vm_area_struct *vma, vm_flags_t flags)
-{
-	vma->vm_flags |= flags;
-}
-#endif
+#include "../../mtgdrdrv/kmod/compat.h"
 
 /*
  * A reference on *f if it still has one, else NULL: the file may be on its way to release.

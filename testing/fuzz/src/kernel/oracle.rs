@@ -3,7 +3,7 @@
 //! against the model's counts.
 
 use super::{Finding, Pin, PinState, Step, Worker};
-use crate::emu::Emu;
+use crate::emu::{Emu, Raw};
 use crate::sys::{self, ename, Errno};
 
 /// mtgdrdrv asks mtgpu for a pin in chunks of this much GPU VA, aligned to it.
@@ -67,7 +67,7 @@ impl Worker {
             return Ok(());
         };
         let mut buf = vec![0u8; size as usize];
-        if let Err(e) = emu.read(va, &mut buf) {
+        if let Err(e) = emu.read(va, &mut buf).raw() {
             finding!("emu read of allocation {va:#x}+{size:#x}: {}", ename(e));
         }
         if let Some(i) = (0..buf.len()).find(|&i| buf[i] != self.allocs[a].shadow[i]) {
@@ -155,9 +155,12 @@ impl Worker {
                 "module counters {c:?}, model: pins {want_pins} bytes {want_bytes} mappings {want_maps}"
             );
         }
-        let emu = Emu::open().map_err(|e| Finding(format!("emu open: {}", ename(e))))?;
+        let emu = Emu::open()
+            .raw()
+            .map_err(|e| Finding(format!("emu open: {}", ename(e))))?;
         let s = emu
             .stats()
+            .raw()
             .map_err(|e| Finding(format!("emu stats: {}", ename(e))))?;
         let lingering = (0..self.allocs.len())
             .filter(|&a| {

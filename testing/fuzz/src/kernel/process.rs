@@ -1,6 +1,7 @@
 //! Processes: fork at random points, with the child checking isolation, fuzzing on its own and
 //! exiting with everything live, being SIGKILLed, or running a thread storm.
 
+use crate::emu::Raw;
 use mtgdrdrv::*;
 
 use super::{Config, Expect, Finding, Step, Worker};
@@ -90,7 +91,7 @@ impl Worker {
             for a in 0..self.allocs.len() {
                 if let (true, Some(emu)) = (self.allocs[a].live, self.emu(self.allocs[a].emu)) {
                     let mut b = [0u8; 8];
-                    let r = emu.read(self.allocs[a].va, &mut b);
+                    let r = emu.read(self.allocs[a].va, &mut b).raw();
                     self.check(
                         "child emu read of the parent's VA",
                         &Expect::err(libc::EINVAL),

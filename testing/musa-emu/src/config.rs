@@ -10,7 +10,7 @@
 //!   fails with `MUSA_ERROR_NOT_SUPPORTED`), or `no-mmap` (export works, but the dma-buf
 //!   refuses CPU mmap, as an exporter without CPU access would).
 
-use mtgdrdrv::emu::{MTGPU_EMU_PAGE_2M, MTGPU_EMU_PAGE_4K, MTGPU_EMU_PAGE_64K};
+use mtgpu_emu_abi::{MTGPU_EMU_PAGE_2M, MTGPU_EMU_PAGE_4K, MTGPU_EMU_PAGE_64K};
 
 pub const PAGE_SIZE_ENV: &str = "MTGPU_EMU_PAGE_SIZE";
 pub const ALLOC_ALIGN_ENV: &str = "MTGPU_EMU_ALLOC_ALIGN";

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use gdrapi::capi::*;
 
-use crate::emu::Emu;
+use crate::emu::{Emu, Raw};
 use crate::rng::Rng;
 use crate::sys::{self, ename};
 
@@ -85,7 +85,9 @@ impl ApiFuzzer {
         shared_ops: &'static AtomicU64,
         verbose: bool,
     ) -> anyhow::Result<Self> {
-        let emu = Emu::open().map_err(|e| anyhow::anyhow!("open emulator: {}", ename(e)))?;
+        let emu = Emu::open()
+            .raw()
+            .map_err(|e| anyhow::anyhow!("open emulator: {}", ename(e)))?;
         Ok(ApiFuzzer {
             rng: Rng::new(seed),
             seed,

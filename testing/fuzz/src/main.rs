@@ -31,7 +31,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 
-use crate::emu::Emu;
+use crate::emu::{Emu, Raw};
 use crate::rng::Rng;
 
 #[derive(Parser)]
@@ -168,20 +168,23 @@ struct Sentinels {
 
 impl Sentinels {
     fn new(rng: &mut Rng) -> Result<Sentinels> {
-        let emu =
-            Emu::open().map_err(|e| anyhow::anyhow!("open {}: {}", emu::PATH, sys::ename(e)))?;
+        let emu = Emu::open()
+            .raw()
+            .map_err(|e| anyhow::anyhow!("open {}: {}", emu::path(), sys::ename(e)))?;
         let mut allocs = Vec::new();
         for (size, page, flags) in [
-            (4u64 << 20, 65536u32, mtgdrdrv::emu::MTGPU_EMU_ALLOC_SCATTER),
-            (1 << 20, 4096, mtgdrdrv::emu::MTGPU_EMU_ALLOC_SCATTER),
+            (4u64 << 20, 65536u32, mtgpu_emu_abi::MTGPU_EMU_ALLOC_SCATTER),
+            (1 << 20, 4096, mtgpu_emu_abi::MTGPU_EMU_ALLOC_SCATTER),
             (2 << 20, 2 << 20, 0),
         ] {
             let va = emu
-                .alloc(size, 0, page, flags)
+                .alloc_flags(size, 0, page, flags)
+                .raw()
                 .map_err(|e| anyhow::anyhow!("sentinel alloc: {}", sys::ename(e)))?;
             let mut canary = vec![0u8; size as usize];
             rng.fill(&mut canary);
             emu.write(va, &canary)
+                .raw()
                 .map_err(|e| anyhow::anyhow!("sentinel write: {}", sys::ename(e)))?;
             allocs.push((va, canary));
         }
@@ -193,6 +196,7 @@ impl Sentinels {
             let mut now = vec![0u8; canary.len()];
             self.emu
                 .read(*va, &mut now)
+                .raw()
                 .map_err(|e| anyhow::anyhow!("sentinel read: {}", sys::ename(e)))?;
             if let Some(i) = (0..now.len()).find(|&i| now[i] != canary[i]) {
                 bail!(
@@ -238,7 +242,11 @@ fn run() -> Result<()> {
             .map_or(1, |d| d.as_nanos() as u64)
     });
     println!("mtgdrdrv_fuzz: seed {seed:#x} (rerun with --seed {seed:#x})");
-    for path in ["/dev/mtgdrdrv", emu::PATH, mtgdrdrv::procfs::COUNTERS_PATH] {
+    for path in [
+        "/dev/mtgdrdrv",
+        &emu::path(),
+        mtgdrdrv::procfs::COUNTERS_PATH,
+    ] {
         if !std::path::Path::new(path).exists() {
             bail!("{path} is missing: load mtgpu_emu and mtgdrdrv (cargo xtask vm)");
         }
@@ -324,7 +332,7 @@ fn run() -> Result<()> {
     }
 
     // Faults a killed process injected and nobody consumed must not leak into the api phase.
-    let _ = sentinels.emu.inject(0, 0);
+    let _ = sentinels.emu.inject_fault_raw(0, 0).raw();
 
     if run_phase("api") {
         let t = Instant::now();
@@ -371,9 +379,12 @@ fn run() -> Result<()> {
     {
         failures.push(format!("module counters not back to zero: {c:?}"));
     }
-    let emu = Emu::open().map_err(|e| anyhow::anyhow!("open {}: {}", emu::PATH, sys::ename(e)))?;
+    let emu = Emu::open()
+        .raw()
+        .map_err(|e| anyhow::anyhow!("open {}: {}", emu::path(), sys::ename(e)))?;
     let s = emu
         .stats()
+        .raw()
         .map_err(|e| anyhow::anyhow!("stats: {}", sys::ename(e)))?;
     println!(
         "emulator stats: pins_outstanding {} allocations {} bytes_allocated {} get_pages_calls {} put_pages_calls {} freed_while_pinned {}",

@@ -28,7 +28,6 @@
 //! A panic never unwinds into C: it becomes `MUSA_ERROR_UNKNOWN`.
 #![allow(non_snake_case)]
 
-mod client;
 pub mod config;
 pub mod error;
 
@@ -38,11 +37,11 @@ use std::ffi::{c_char, c_int, c_uchar, c_uint, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use mtgdrdrv::emu::{MTGPU_EMU_ALLOC_MANAGED, MTGPU_EMU_EXPORT_NO_MMAP};
+use mtgpu_emu_abi::{MTGPU_EMU_ALLOC_MANAGED, MTGPU_EMU_EXPORT_NO_MMAP};
 
-use crate::client::Emu;
 use crate::config::{Config, DmaBuf};
 pub use crate::error::*;
+use mtgpu_emu_abi::Emu;
 
 pub type MUdevice = c_int;
 pub type MUcontext = *mut c_void;
@@ -189,6 +188,8 @@ fn init() -> MuResult<Driver> {
         MUSA_ERROR_INVALID_VALUE
     })?;
     let emu = Emu::open().map_err(from_errno)?;
+    // Every command fails with ENODEV while no BAR is bound: find that out at muInit.
+    emu.stats().map_err(from_errno)?;
     Ok(Driver {
         emu,
         config,
@@ -412,7 +413,7 @@ fn alloc(dptr: *mut MUdeviceptr, size: usize, flags: u32) -> MuResult {
     let c = d.config;
     let va = d
         .emu
-        .alloc(size as u64, c.align, c.page_size, flags)
+        .alloc_flags(size as u64, c.align, c.page_size, flags)
         .map_err(from_errno)?;
     let page = u64::from(c.page_size);
     d.state()
@@ -486,7 +487,7 @@ pub unsafe extern "C" fn muMemcpyHtoD(
             return Err(MUSA_ERROR_INVALID_VALUE);
         }
         // SAFETY: `src` is readable for `count` bytes per this function's contract.
-        unsafe { d.emu.write(dst, src.cast(), count as u64) }.map_err(from_errno)
+        unsafe { d.emu.write_from(dst, src.cast(), count as u64) }.map_err(from_errno)
     })
 }
 
@@ -507,7 +508,7 @@ pub unsafe extern "C" fn muMemcpyDtoH(
             return Err(MUSA_ERROR_INVALID_VALUE);
         }
         // SAFETY: `dst` is writable for `count` bytes per this function's contract.
-        unsafe { d.emu.read(src, dst.cast(), count as u64) }.map_err(from_errno)
+        unsafe { d.emu.read_to(src, dst.cast(), count as u64) }.map_err(from_errno)
     })
 }
 

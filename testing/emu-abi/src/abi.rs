@@ -1,4 +1,5 @@
-//! The test-only interface of the emulated mtgpu provider (`/dev/mtgpu_emu`).
+//! The ioctl ABI of `/dev/mtgpu_emu`; `cargo xtask codegen` generates the emulator's C header
+//! (testing/mtgpu-emu/mtgpu_emu_ioctl.h) from it.
 //!
 //! The emulator is a kernel module that stands in for the mtgpu driver in tests: it exports
 //! `mtgpu_p2p_get_pages`/`mtgpu_p2p_put_pages` and hands out "device memory" carved from a real
@@ -7,11 +8,15 @@
 //!
 //! Unlike the frozen gdrdrv ABI, this one follows our own rules: explicit reserved fields, sizes
 //! encoded in the command numbers, layouts proven by compile-time assertions.
+
 #![allow(non_camel_case_types)]
 
 use core::mem::{offset_of, size_of};
 
-use crate::abi::{__s32, __u32, __u64};
+// The kernel's uapi spellings, so that the generated header reads like one.
+type __u32 = u32;
+type __u64 = u64;
+type __s32 = i32;
 
 /// ioctl magic of `/dev/mtgpu_emu`.
 pub const MTGPU_EMU_IOCTL: u32 = 0xDB;

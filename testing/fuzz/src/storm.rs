@@ -12,7 +12,7 @@ use std::sync::Mutex;
 
 use mtgdrdrv::*;
 
-use crate::emu::Emu;
+use crate::emu::{Emu, Raw};
 use crate::rng::Rng;
 use crate::sys;
 
@@ -199,9 +199,9 @@ fn racer(sh: &Shared, seed: u64, iterations: u32) {
 /// The child's body: returns its exit status.
 pub fn run(seed: u64, ops: &'static AtomicU64) -> i32 {
     let mut rng = Rng::new(seed);
-    let Ok(emu) = Emu::open() else { return 2 };
+    let Ok(emu) = Emu::open().raw() else { return 2 };
     let size = 65536 * rng.range(4, 24);
-    let Ok(va) = emu.alloc(size, 0, 65536, 0) else {
+    let Ok(va) = emu.alloc_flags(size, 0, 65536, 0).raw() else {
         return 0; // out of memory: nothing to storm
     };
     let Ok(fd) = sys::open("/dev/mtgdrdrv", libc::O_RDWR | libc::O_CLOEXEC) else {

@@ -1,12 +1,17 @@
-//! Client of the emulated mtgpu provider (`/dev/mtgpu_emu`), the stand-in for GPU memory in
-//! tests: allocate and free "device memory" by GPU VA, read and write it through the emulator's
-//! own path (the "DMA" that checks what CPU mappings did), inject faults and read counters.
+//! The client of `/dev/mtgpu_emu`: allocate and free "device memory" by GPU VA, read and write it
+//! through the emulator's own path (the "DMA" that checks what CPU mappings did), export it as a
+//! dma-buf, inject faults and read counters. Allocations belong to the open file and go when it
+//! closes.
 
 use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 
-use mtgdrdrv::emu::*;
 use nix::errno::Errno;
+
+use crate::abi::*;
+
+pub use crate::abi::mtgpu_emu_fault_kind as FaultKind;
+pub use crate::abi::mtgpu_emu_stats as Stats;
 
 nix::ioctl_readwrite_bad!(ioc_alloc, MTGPU_EMU_IOC_ALLOC, mtgpu_emu_alloc);
 nix::ioctl_write_ptr_bad!(ioc_free, MTGPU_EMU_IOC_FREE, mtgpu_emu_free);
@@ -19,22 +24,26 @@ nix::ioctl_write_ptr_bad!(
     mtgpu_emu_fault
 );
 nix::ioctl_read_bad!(ioc_get_stats, MTGPU_EMU_IOC_GET_STATS, mtgpu_emu_stats);
+nix::ioctl_readwrite_bad!(
+    ioc_export_dmabuf,
+    MTGPU_EMU_IOC_EXPORT_DMABUF,
+    mtgpu_emu_export_dmabuf
+);
 
-pub use mtgdrdrv::emu::mtgpu_emu_fault_kind as FaultKind;
-pub use mtgdrdrv::emu::mtgpu_emu_stats as Stats;
+/// Page sizes the emulator backs allocations with.
+///
+/// cbindgen:ignore
+pub const PAGE_SIZES: [u32; 3] = [MTGPU_EMU_PAGE_4K, MTGPU_EMU_PAGE_64K, MTGPU_EMU_PAGE_2M];
 
 /// Path of the emulator's device node.
 pub fn device_path() -> String {
     format!("/dev/{MTGPU_EMU_DEVICE_NAME}")
 }
 
-/// An open emulator. Allocations belong to this open file and are released when it closes.
+/// An open emulator.
 pub struct Emu {
     file: File,
 }
-
-/// Page sizes the emulator backs allocations with.
-pub const PAGE_SIZES: [u32; 3] = [MTGPU_EMU_PAGE_4K, MTGPU_EMU_PAGE_64K, MTGPU_EMU_PAGE_2M];
 
 impl Emu {
     pub fn open() -> Result<Emu, Errno> {
@@ -46,7 +55,8 @@ impl Emu {
         Ok(Emu { file })
     }
 
-    fn fd(&self) -> i32 {
+    /// The open file, for calls outside this client (the fuzzer's malformed ioctls).
+    pub fn fd(&self) -> RawFd {
         self.file.as_raw_fd()
     }
 
@@ -63,7 +73,7 @@ impl Emu {
         self.alloc_flags(size, align, page_size, flags)
     }
 
-    /// [`Emu::alloc`] with any `MTGPU_EMU_ALLOC_*` flags (e.g. sparse memory).
+    /// [`Emu::alloc`] with any `MTGPU_EMU_ALLOC_*` flags (e.g. sparse or managed memory).
     pub fn alloc_flags(
         &self,
         size: u64,
@@ -91,25 +101,44 @@ impl Emu {
 
     /// Reads device memory through the emulator, bypassing any CPU mapping.
     pub fn read(&self, gpu_va: u64, buf: &mut [u8]) -> Result<(), Errno> {
-        let rw = mtgpu_emu_rw {
-            gpu_va,
-            size: buf.len() as u64,
-            user_ptr: buf.as_mut_ptr() as u64,
-            ..Default::default()
-        };
-        // SAFETY: `rw` describes `buf`, which is writable for its length during the call.
-        unsafe { ioc_read(self.fd(), &rw) }.map(drop)
+        // SAFETY: `buf` is writable for its length during the call.
+        unsafe { self.read_to(gpu_va, buf.as_mut_ptr(), buf.len() as u64) }
     }
 
     /// Writes device memory through the emulator, bypassing any CPU mapping.
     pub fn write(&self, gpu_va: u64, buf: &[u8]) -> Result<(), Errno> {
+        // SAFETY: `buf` is readable for its length during the call.
+        unsafe { self.write_from(gpu_va, buf.as_ptr(), buf.len() as u64) }
+    }
+
+    /// Copies `size` bytes of device memory at `gpu_va` to `dst`.
+    ///
+    /// # Safety
+    /// `dst` must be writable for `size` bytes for the duration of the call.
+    pub unsafe fn read_to(&self, gpu_va: u64, dst: *mut u8, size: u64) -> Result<(), Errno> {
         let rw = mtgpu_emu_rw {
             gpu_va,
-            size: buf.len() as u64,
-            user_ptr: buf.as_ptr() as u64,
+            size,
+            user_ptr: dst as u64,
             ..Default::default()
         };
-        // SAFETY: `rw` describes `buf`, which is readable for its length during the call.
+        // SAFETY: `rw` describes `dst`, writable for `size` bytes per this function's contract;
+        // the kernel checks the user range itself.
+        unsafe { ioc_read(self.fd(), &rw) }.map(drop)
+    }
+
+    /// Copies `size` bytes from `src` to device memory at `gpu_va`.
+    ///
+    /// # Safety
+    /// `src` must be readable for `size` bytes for the duration of the call.
+    pub unsafe fn write_from(&self, gpu_va: u64, src: *const u8, size: u64) -> Result<(), Errno> {
+        let rw = mtgpu_emu_rw {
+            gpu_va,
+            size,
+            user_ptr: src as u64,
+            ..Default::default()
+        };
+        // SAFETY: `rw` describes `src`, readable for `size` bytes per this function's contract.
         unsafe { ioc_write(self.fd(), &rw) }.map(drop)
     }
 
@@ -124,12 +153,29 @@ impl Emu {
         unsafe { ioc_memset(self.fd(), &rw) }.map(drop)
     }
 
+    /// A dma-buf of `[gpu_va, gpu_va + size)` (host-page aligned, inside one allocation of
+    /// this open file); the caller owns the returned descriptor (close-on-exec).
+    pub fn export_dmabuf(&self, gpu_va: u64, size: u64, flags: u32) -> Result<RawFd, Errno> {
+        let mut e = mtgpu_emu_export_dmabuf {
+            gpu_va,
+            size,
+            flags,
+            fd: 0,
+        };
+        // SAFETY: `e` is a live struct of the type the command copies in and out.
+        unsafe { ioc_export_dmabuf(self.fd(), &mut e) }?;
+        Ok(e.fd)
+    }
+
     /// Makes the next `count` get_pages calls show `kind`; count 0 clears.
     pub fn inject_fault(&self, kind: FaultKind, count: u32) -> Result<(), Errno> {
-        let f = mtgpu_emu_fault {
-            kind: kind as u32,
-            count,
-        };
+        self.inject_fault_raw(kind as u32, count)
+    }
+
+    /// [`Emu::inject_fault`] with any kind number, valid or not (the emulator refuses unknown
+    /// kinds with EINVAL).
+    pub fn inject_fault_raw(&self, kind: u32, count: u32) -> Result<(), Errno> {
+        let f = mtgpu_emu_fault { kind, count };
         // SAFETY: `f` is a live struct of the type the command copies in.
         unsafe { ioc_inject_fault(self.fd(), &f) }.map(drop)
     }
