@@ -179,11 +179,24 @@ fn einval(call: &'static str) -> Error {
     Error::new(call, Errno::EINVAL)
 }
 
-/// # Safety
-/// `g` is NULL or a live `gdr_t` from `gdr_open`.
-unsafe fn instance<'a>(g: gdr_t) -> Result<&'a gdr, Error> {
-    // SAFETY: guaranteed by the caller.
-    unsafe { g.as_ref() }.ok_or(einval("gdr_t"))
+/// The `gdr_t` argument as a reference; returns EINVAL from the enclosing closure (run by
+/// [`guard`]) for NULL. Only for entry points whose contract is "`g` is NULL or a live `gdr_t`".
+macro_rules! try_gdr {
+    ($g:expr) => {{
+        let g: gdr_t = $g;
+        // SAFETY: the entry point's contract: NULL or a live `gdr_t` from `gdr_open`.
+        unsafe { g.as_ref() }.ok_or(einval("gdr_t"))?
+    }};
+}
+
+/// An out-parameter as a mutable reference; returns EINVAL (naming `$call`) from the enclosing
+/// closure for NULL. Only for pointers the entry point's contract says are NULL or writable.
+macro_rules! try_out {
+    ($ptr:expr, $call:literal) => {{
+        let ptr = $ptr;
+        // SAFETY: the entry point's contract: NULL or valid for writes.
+        unsafe { ptr.as_mut() }.ok_or(einval($call))?
+    }};
 }
 
 impl gdr {
@@ -210,7 +223,7 @@ impl gdr {
     /// Unmaps (in the opening process only) and unpins everything; returns the first error.
     fn release_all(&self) -> Result<(), Error> {
         let drained: Vec<(u64, Memh)> = self.memhs().drain().collect();
-        let in_opener = self.gdr.backend().in_opener();
+        let in_opener = self.gdr.in_opener();
         let mut first_error = None;
         let keys: Vec<u64> = drained.iter().map(|(h, _)| *h).collect();
         for &h in &keys {
@@ -290,10 +303,8 @@ pub unsafe extern "C" fn gdr_pin_buffer(
     handle: *mut gdr_mh_t,
 ) -> c_int {
     guard(|| {
-        // SAFETY: guaranteed by the caller.
-        let g = unsafe { instance(g) }?;
-        // SAFETY: guaranteed by the caller.
-        let out = unsafe { handle.as_mut() }.ok_or(einval("gdr_pin_buffer"))?;
+        let g = try_gdr!(g);
+        let out = try_out!(handle, "gdr_pin_buffer");
         let pin = g
             .gdr
             .pin_with_tokens(addr, size as u64, p2p_token, va_space)?;
@@ -313,10 +324,8 @@ pub unsafe extern "C" fn gdr_pin_buffer_v2(
     handle: *mut gdr_mh_t,
 ) -> c_int {
     guard(|| {
-        // SAFETY: guaranteed by the caller.
-        let g = unsafe { instance(g) }?;
-        // SAFETY: guaranteed by the caller.
-        let out = unsafe { handle.as_mut() }.ok_or(einval("gdr_pin_buffer_v2"))?;
+        let g = try_gdr!(g);
+        let out = try_out!(handle, "gdr_pin_buffer_v2");
         let pin = g.gdr.pin(addr, size as u64, PinFlags(flags))?;
         *out = g.add(pin)?;
         Ok(())
@@ -331,8 +340,7 @@ pub unsafe extern "C" fn gdr_pin_buffer_v2(
 #[no_mangle]
 pub unsafe extern "C" fn gdr_unpin_buffer(g: gdr_t, handle: gdr_mh_t) -> c_int {
     guard(|| {
-        // SAFETY: guaranteed by the caller.
-        let g = unsafe { instance(g) }?;
+        let g = try_gdr!(g);
         let mut memh = g
             .memhs()
             .remove(&handle.key())
@@ -358,10 +366,8 @@ pub unsafe extern "C" fn gdr_get_callback_flag(
     flag: *mut c_int,
 ) -> c_int {
     guard(|| {
-        // SAFETY: guaranteed by the caller.
-        let g = unsafe { instance(g) }?;
-        // SAFETY: guaranteed by the caller.
-        let out = unsafe { flag.as_mut() }.ok_or(einval("gdr_get_callback_flag"))?;
+        let g = try_gdr!(g);
+        let out = try_out!(flag, "gdr_get_callback_flag");
         *out = g.with_memh(handle, |m| m.pin.callback_flag())? as c_int;
         Ok(())
     })
@@ -389,10 +395,8 @@ pub unsafe extern "C" fn gdr_get_info_v2(
     info: *mut gdr_info_v2,
 ) -> c_int {
     guard(|| {
-        // SAFETY: guaranteed by the caller.
-        let g = unsafe { instance(g) }?;
-        // SAFETY: guaranteed by the caller.
-        let out = unsafe { info.as_mut() }.ok_or(einval("gdr_get_info_v2"))?;
+        let g = try_gdr!(g);
+        let out = try_out!(info, "gdr_get_info_v2");
         *out = info_of(g, handle)?;
         Ok(())
     })
@@ -410,10 +414,8 @@ pub unsafe extern "C" fn gdr_get_info_v1(
     info: *mut gdr_info_v1,
 ) -> c_int {
     guard(|| {
-        // SAFETY: guaranteed by the caller.
-        let g = unsafe { instance(g) }?;
-        // SAFETY: guaranteed by the caller.
-        let out = unsafe { info.as_mut() }.ok_or(einval("gdr_get_info"))?;
+        let g = try_gdr!(g);
+        let out = try_out!(info, "gdr_get_info");
         let v2 = info_of(g, handle)?;
         *out = gdr_info_v1 {
             va: v2.va,
@@ -455,10 +457,8 @@ pub unsafe extern "C" fn gdr_map_v2(
     flags: c_int,
 ) -> c_int {
     guard(|| {
-        // SAFETY: guaranteed by the caller.
-        let g = unsafe { instance(g) }?;
-        // SAFETY: guaranteed by the caller.
-        let out = unsafe { va.as_mut() }.ok_or(einval("gdr_map"))?;
+        let g = try_gdr!(g);
+        let out = try_out!(va, "gdr_map");
         let request = MapRequest::from_raw(flags).ok_or(einval("gdr_map"))?;
         g.with_memh(handle, |memh| {
             if memh.mapping.is_some() {
@@ -487,9 +487,8 @@ pub unsafe extern "C" fn gdr_unmap(
     size: usize,
 ) -> c_int {
     guard(|| {
-        // SAFETY: guaranteed by the caller.
-        let g = unsafe { instance(g) }?;
-        let page = g.gdr.backend().page_size();
+        let g = try_gdr!(g);
+        let page = g.gdr.page_size();
         g.with_memh(handle, |memh| {
             let mapping = memh.mapping.as_ref().ok_or(einval("gdr_unmap"))?;
             let rounded = size.checked_add(page - 1).map(|s| s & !(page - 1));
@@ -677,13 +676,9 @@ pub unsafe extern "C" fn gdr_driver_get_version(
     minor: *mut c_int,
 ) -> c_int {
     guard(|| {
-        // SAFETY: guaranteed by the caller.
-        let g = unsafe { instance(g) }?;
-        // SAFETY: guaranteed by the caller.
-        let (major, minor) = unsafe { (major.as_mut(), minor.as_mut()) };
-        let (Some(major), Some(minor)) = (major, minor) else {
-            return Err(einval("gdr_driver_get_version"));
-        };
+        let g = try_gdr!(g);
+        let major = try_out!(major, "gdr_driver_get_version");
+        let minor = try_out!(minor, "gdr_driver_get_version");
         let (ma, mi) = g.gdr.driver_version()?;
         (*major, *minor) = (ma as c_int, mi as c_int);
         Ok(())
@@ -698,10 +693,8 @@ pub unsafe extern "C" fn gdr_driver_get_version(
 #[no_mangle]
 pub unsafe extern "C" fn gdr_get_attribute(g: gdr_t, attr: gdr_attr_t, v: *mut c_int) -> c_int {
     guard(|| {
-        // SAFETY: guaranteed by the caller.
-        let g = unsafe { instance(g) }?;
-        // SAFETY: guaranteed by the caller.
-        let out = unsafe { v.as_mut() }.ok_or(einval("gdr_get_attribute"))?;
+        let g = try_gdr!(g);
+        let out = try_out!(v, "gdr_get_attribute");
         *out = 0;
         let attr = Attribute::from_raw(attr).ok_or(einval("gdr_get_attribute"))?;
         *out = g.gdr.attribute(attr)? as c_int;

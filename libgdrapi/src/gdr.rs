@@ -82,8 +82,15 @@ impl Gdr {
         })
     }
 
-    pub(crate) fn backend(&self) -> &dyn Backend {
-        &*self.drv
+    /// Whether the calling process opened this (false in a forked child, which must leave the
+    /// parent's pins and mappings alone).
+    pub fn in_opener(&self) -> bool {
+        self.drv.in_opener()
+    }
+
+    /// The granule of pins and mappings: the host page.
+    pub fn page_size(&self) -> usize {
+        self.drv.page_size()
     }
 }
 
