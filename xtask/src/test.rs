@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{bail, Context, Result};
 use xshell::{cmd, Shell};
 
 use crate::{codegen, paths};
@@ -51,12 +51,10 @@ pub fn run(args: Args) -> Result<()> {
             Box::new(crate::msrv::check),
         ),
         ("unit and integration tests", Box::new(unit_tests)),
-        ("libgdrapi.so exports and soname", Box::new(shared_library)),
         (
             "libgdrapi.a: only gdr_* global, no bitcode, links beside another Rust staticlib",
             Box::new(crate::staticlib::test_step),
         ),
-        ("gdrapi.h C and C++ compile test", Box::new(header_test)),
         (
             "libFuzzer targets of libgdrapi (cargo-fuzz)",
             Box::new(crate::fuzz::libfuzzer_step),
@@ -176,119 +174,4 @@ pub fn link_library(target: &Path, lib: &Path) -> Result<PathBuf> {
 /// The library's package version, which names its real file.
 pub fn gdrapi_version() -> &'static str {
     gdrapi::VERSION
-}
-
-/// The library exports exactly what debian/libgdrapi.symbols lists (the one list of the C API,
-/// with the legacy `gdr_get_info`), gdrapi.h declares each, and the soname is the major's.
-fn shared_library(sh: &Shell) -> Result<()> {
-    let so = build_library(sh)?.join(format!("libgdrapi.so.{}", gdrapi_version()));
-    let exported = crate::stage::exported_symbols(sh, &so)?;
-    let (path, _, listed) = crate::stage::listed_symbols()?;
-    ensure!(
-        exported == listed,
-        "exported symbols differ from {}:\n  got:      {exported:?}\n  expected: {listed:?}",
-        path.display()
-    );
-    let dynamic = cmd!(sh, "readelf -d {so}").read()?;
-    let soname = crate::build::soname();
-    ensure!(
-        dynamic.contains(&format!("Library soname: [{soname}]")),
-        "soname is not {soname}:\n{dynamic}"
-    );
-    let header = std::fs::read_to_string(paths::root().join("libgdrapi/include/gdrapi.h"))?;
-    for name in &listed {
-        ensure!(
-            header.contains(&format!("{name}(")) || name == "gdr_get_info",
-            "gdrapi.h lacks {name}"
-        );
-    }
-    Ok(())
-}
-
-/// The header tests: (C or C++, its standard, source file in libgdrapi/tests/c).
-pub const HEADER_TESTS: [(HeaderLang, &str, &str); 2] = [
-    (HeaderLang::C, "-std=c11", "header_test.c"),
-    (HeaderLang::Cxx, "-std=c++11", "header_test.cpp"),
-];
-
-#[derive(Clone, Copy, Debug)]
-pub enum HeaderLang {
-    C,
-    Cxx,
-}
-
-/// The header tests' compiler flags: warnings are errors.
-pub const HEADER_FLAGS: [&str; 4] = ["-Wall", "-Wextra", "-Werror", "-pedantic"];
-
-fn header_test(sh: &Shell) -> Result<()> {
-    let lib_dir = build_library(sh)?;
-    let src = paths::root().join("libgdrapi/tests/c");
-    let include = paths::root().join("libgdrapi/include");
-    let out = paths::build_dir().join("header-test");
-    std::fs::create_dir_all(&out)?;
-    let flags = HEADER_FLAGS;
-    for (lang, std, file) in HEADER_TESTS {
-        let compiler = match lang {
-            HeaderLang::C => "cc",
-            HeaderLang::Cxx => "c++",
-        };
-        let exe = out.join(file.replace('.', "_"));
-        let source = src.join(file);
-        cmd!(sh, "{compiler} {std} {flags...} -I{include} {source} -L{lib_dir} -lgdrapi -Wl,-rpath,{lib_dir} -o {exe}")
-            .run()
-            .with_context(|| format!("compiling {file}"))?;
-        let device = Path::new(gdrapi::DEVICE_PATH).exists();
-        check_header_test(device, |env| {
-            std::process::Command::new(&exe)
-                .env_remove("GDRCOPY_ENABLE_LOGGING")
-                .env_remove("GDRCOPY_LOG_LEVEL")
-                .envs(env.iter().copied())
-                .output()
-                .with_context(|| format!("running {}", exe.display()))
-        })?;
-    }
-    Ok(())
-}
-
-/// Runs a header test program through `run` (given the environment variables to set; none of
-/// the logging variables is set otherwise) and checks what gdr_open's failure logs where the
-/// module is absent (`device` false): nothing by default, one line saying how to load the
-/// module with logging on, nothing when the level filters errors out.
-pub fn check_header_test(
-    device: bool,
-    run: impl Fn(&[(&str, &str)]) -> Result<std::process::Output>,
-) -> Result<()> {
-    let run = |env: &[(&str, &str)]| -> Result<(String, String)> {
-        let out = run(env)?;
-        let (stdout, stderr) = (
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        );
-        ensure!(
-            out.status.success() && stdout.contains("header test passed"),
-            "{stdout}{stderr}"
-        );
-        Ok((stdout, stderr))
-    };
-    if device {
-        return run(&[]).map(drop);
-    }
-    let (_, quiet) = run(&[])?;
-    ensure!(
-        quiet.is_empty(),
-        "logging is off by default, yet it printed: {quiet}"
-    );
-    let (_, logged) = run(&[("GDRCOPY_ENABLE_LOGGING", "")])?;
-    ensure!(
-        logged.lines().count() == 1
-            && logged.starts_with("ERR:  ")
-            && logged.contains("modprobe mtgdrdrv"),
-        "expected one error line saying how to load the module, got: {logged}"
-    );
-    let (_, filtered) = run(&[("GDRCOPY_ENABLE_LOGGING", "1"), ("GDRCOPY_LOG_LEVEL", "5")])?;
-    ensure!(
-        filtered.is_empty(),
-        "GDRCOPY_LOG_LEVEL=5 filters errors, yet: {filtered}"
-    );
-    Ok(())
 }
