@@ -106,6 +106,11 @@ pub fn chroot_kernel(root: &Path, release: &str) -> Result<Kernel> {
 /// network-bound step.
 pub fn ensure_host_packages(pkgs: &[&str]) -> Result<()> {
     let sh = Shell::new()?;
+    // One xtask at a time (the test lanes run two): dpkg's lock would fail the second apt-get.
+    let _lock = crate::stage::lock_file(
+        &paths::build_dir().join("host-packages.lock"),
+        "installing host packages",
+    )?;
     let mut missing = Vec::new();
     for &pkg in pkgs {
         // Exit status 1 means "unknown package": not installed either.

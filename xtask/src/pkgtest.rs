@@ -65,12 +65,12 @@ use crate::workspace::Workspace;
 use install::install_test;
 use root::Root;
 
-/// The packaging steps; the install test only with `vm` (it boots QEMU).
-pub fn test_steps(vm: bool) -> Vec<Step<'static>> {
+/// The packaging steps, and (with `vm`: they boot QEMU) the install and upgrade tests.
+pub fn test_steps(vm: bool) -> (Vec<Step<'static>>, Vec<Step<'static>>) {
     let debs: Rc<RefCell<Option<Vec<Built>>>> = Rc::default();
     let upgrade = upgrade::test_step(debs.clone());
     let (d1, d2, d3, d4, d5) = (debs.clone(), debs.clone(), debs.clone(), debs.clone(), debs);
-    let mut steps: Vec<Step<'static>> = vec![
+    let steps: Vec<Step<'static>> = vec![
         (
             "packages: build every .deb (deb-all, deb-bundle); xz, -dbgsym, libgdrapi.a",
             Box::new(move |sh: &Shell| contents_check(sh, &built(sh, &d1)?)),
@@ -92,14 +92,17 @@ pub fn test_steps(vm: bool) -> Vec<Step<'static>> {
             Box::new(move |sh: &Shell| crate::repro::test_step(sh, &built(sh, &d5)?)),
         ),
     ];
-    if vm {
-        steps.push((
+    if !vm {
+        return (steps, Vec::new());
+    }
+    let installs: Vec<Step<'static>> = vec![
+        (
             "packages: install on bookworm (DKMS, VM, container), purge",
             Box::new(move |sh: &Shell| install_test(sh, &built(sh, &d3)?)),
-        ));
-        steps.push(upgrade);
-    }
-    steps
+        ),
+        upgrade,
+    ];
+    (steps, installs)
 }
 
 /// `cargo xtask test-packages`: only these steps, for working on packaging.

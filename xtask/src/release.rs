@@ -207,6 +207,8 @@ pub fn cli(args: Args) -> Result<()> {
                     no_matrix: quick,
                     no_cross: quick,
                     only: Vec::new(),
+                    serial: false,
+                    lane: None,
                 })
             }
             Tests::None => {

@@ -1,5 +1,8 @@
-//! `cargo xtask test`: every test the project has, in order, each step timed, then a summary
-//! line (`N passed, N failed`). Steps after a failure still run, so one report shows everything.
+//! `cargo xtask test`: every test the project has, each step timed, then a table of step times
+//! and a summary line (`N passed, N failed`). Steps after a failure still run, so one report
+//! shows everything. The steps run in two lanes side by side (lanes.rs) unless `--serial`.
+
+mod lanes;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -24,6 +27,29 @@ pub struct Args {
     /// `--only qemu` for the VM tests: for a developer between changes, not for CI.
     #[arg(long, value_name = "TEXT")]
     pub only: Vec<String>,
+    /// Run the steps one after another in this process, instead of the guest lane (QEMU and
+    /// the kernel matrix) beside the host lane.
+    #[arg(long)]
+    pub serial: bool,
+    /// Run only this lane's steps (the guest lane is started this way by the host lane).
+    #[arg(long, value_enum, hide = true)]
+    pub lane: Option<Lane>,
+}
+
+/// Where a step runs when the lanes run side by side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Lane {
+    /// Lints, builds, unit tests, fuzzers, packages: this process.
+    Host,
+    /// QEMU guests and the kernel matrix's chroots: a child xtask.
+    Guests,
+}
+
+/// How one step went.
+pub struct Outcome {
+    pub name: String,
+    pub secs: f64,
+    pub ok: bool,
 }
 
 pub type Step<'a> = (&'static str, Box<dyn Fn(&Shell) -> Result<()> + 'a>);
@@ -31,7 +57,34 @@ pub type Step<'a> = (&'static str, Box<dyn Fn(&Shell) -> Result<()> + 'a>);
 pub fn run(args: Args) -> Result<()> {
     let sh = Shell::new()?;
     sh.change_dir(paths::root());
-    let mut steps: Vec<Step> = vec![
+    let started = Instant::now();
+    let (host, guests) = steps(&args)?;
+    let outcomes = match args.lane {
+        Some(Lane::Guests) => {
+            let outcomes = run_steps(&sh, &guests);
+            lanes::write_results(&outcomes)?;
+            outcomes
+        }
+        Some(Lane::Host) => run_steps(&sh, &host),
+        None if args.serial || host.is_empty() || guests.is_empty() => {
+            let mut outcomes = run_steps(&sh, &host);
+            outcomes.extend(run_steps(&sh, &guests));
+            outcomes
+        }
+        None => {
+            let child = lanes::spawn_guests(&args)?;
+            eprintln!("xtask: the guest lane (QEMU, kernel matrix) runs alongside; its log follows the host lane's");
+            let mut outcomes = run_steps(&sh, &host);
+            outcomes.extend(lanes::wait_guests(child)?);
+            outcomes
+        }
+    };
+    report(&outcomes, started.elapsed().as_secs_f64())
+}
+
+/// Every step selected by `args`, by lane.
+fn steps(args: &Args) -> Result<(Vec<Step<'static>>, Vec<Step<'static>>)> {
+    let mut host: Vec<Step> = vec![
         ("cargo fmt --check", Box::new(fmt)),
         (
             "codegen freshness",
@@ -64,54 +117,77 @@ pub fn run(args: Args) -> Result<()> {
             Box::new(|_: &Shell| crate::copycount::run(crate::copycount::Args::default())),
         ),
     ];
+    let mut guests: Vec<Step> = Vec::new();
     if !args.no_cross {
-        steps.extend(crate::cross::test_steps());
+        host.extend(crate::cross::test_steps());
     }
     if !args.no_vm {
-        steps.extend(crate::vmtest::test_steps());
-        steps.extend(crate::bench::quick_steps());
+        guests.extend(crate::vmtest::test_steps());
+        guests.extend(crate::bench::quick_steps());
     }
     if !args.no_matrix {
-        steps.push(crate::matrix::test_step(!args.no_vm));
+        guests.push(crate::matrix::test_step(!args.no_vm));
     }
-    // The .debs, lintian on them, and (with the VM) their install test.
-    steps.extend(crate::pkgtest::test_steps(!args.no_vm));
+    // The .debs and lintian on them; with the VM, their install and upgrade tests.
+    let (packages, installs) = crate::pkgtest::test_steps(!args.no_vm);
+    host.extend(packages);
+    guests.extend(installs);
 
     if !args.only.is_empty() {
         let wanted = |name: &str| {
             let name = name.to_lowercase();
             args.only.iter().any(|t| name.contains(&t.to_lowercase()))
         };
-        steps.retain(|(name, _)| wanted(name));
-        anyhow::ensure!(!steps.is_empty(), "--only {:?} matches no step", args.only);
+        host.retain(|(name, _)| wanted(name));
+        guests.retain(|(name, _)| wanted(name));
+        anyhow::ensure!(
+            !host.is_empty() || !guests.is_empty(),
+            "--only {:?} matches no step",
+            args.only
+        );
     }
+    Ok((host, guests))
+}
 
-    let mut failed = Vec::new();
-    let mut times = Vec::new();
-    for (name, step) in &steps {
+fn run_steps(sh: &Shell, steps: &[Step]) -> Vec<Outcome> {
+    let mut outcomes = Vec::new();
+    for (name, step) in steps {
         eprintln!("==> {name}");
         let start = Instant::now();
-        let result = step(&sh);
+        let result = step(sh);
         let secs = start.elapsed().as_secs_f64();
-        times.push((*name, secs, result.is_ok()));
-        match result {
+        match &result {
             Ok(()) => eprintln!("    ok: {name} ({secs:.1} s)"),
-            Err(e) => {
-                eprintln!("    FAILED: {name} ({secs:.1} s): {e:#}");
-                failed.push(*name);
-            }
+            Err(e) => eprintln!("    FAILED: {name} ({secs:.1} s): {e:#}"),
         }
+        outcomes.push(Outcome {
+            name: (*name).to_owned(),
+            secs,
+            ok: result.is_ok(),
+        });
     }
+    outcomes
+}
+
+/// The table of step times, the wall time (less than their sum when the lanes overlap) and the
+/// summary line; fails if a step did.
+fn report(outcomes: &[Outcome], wall: f64) -> Result<()> {
     eprintln!("\nstep times:");
-    for (name, secs, ok) in &times {
-        let verdict = if *ok { "ok" } else { "FAILED" };
-        eprintln!("  {secs:>7.1} s  {verdict:<6}  {name}");
+    for o in outcomes {
+        let verdict = if o.ok { "ok" } else { "FAILED" };
+        eprintln!("  {:>7.1} s  {verdict:<6}  {}", o.secs, o.name);
     }
-    let total: f64 = times.iter().map(|(_, s, _)| s).sum();
-    eprintln!("  {total:>7.1} s  total");
+    let total: f64 = outcomes.iter().map(|o| o.secs).sum();
+    eprintln!("  {total:>7.1} s  sum of the steps");
+    eprintln!("  {wall:>7.1} s  wall time");
+    let failed: Vec<&str> = outcomes
+        .iter()
+        .filter(|o| !o.ok)
+        .map(|o| o.name.as_str())
+        .collect();
     println!(
         "xtask: {} passed, {} failed",
-        steps.len() - failed.len(),
+        outcomes.len() - failed.len(),
         failed.len()
     );
     if !failed.is_empty() {

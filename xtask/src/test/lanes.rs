@@ -1,0 +1,131 @@
+//! `cargo xtask test` in two lanes at once. The guest lane holds the steps whose time goes to
+//! QEMU guests and the kernel matrix's chroots: TCG keeps one core busy while the guest's own
+//! waits (boots, timers, module loads) leave the other one idle, and the chroots wait on dpkg and
+//! the network. The host lane (lints, builds, unit tests, fuzzers, packages) runs in this process
+//! meanwhile; the guest lane runs in a child xtask (`--lane guests`) whose output goes to a log,
+//! printed after the host lane, so the report reads lane by lane.
+//!
+//! The lanes share what other xtask processes would: cargo's build directory lock, the package
+//! staging lock (`stage::lock`), each chroot's lock, and apt's (waited for). Steps of different
+//! lanes do not write the same files otherwise.
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{Context, Result};
+
+use super::{Args, Outcome};
+use crate::paths;
+
+fn dir() -> PathBuf {
+    paths::build_dir().join("test-lanes")
+}
+
+fn log_path() -> PathBuf {
+    dir().join("guests.log")
+}
+
+fn results_path() -> PathBuf {
+    dir().join("guests.tsv")
+}
+
+/// Starts the guest lane: this xtask again, with the same selection, `--lane guests`.
+pub fn spawn_guests(args: &Args) -> Result<Child> {
+    fs::create_dir_all(dir())?;
+    let _ = fs::remove_file(results_path());
+    let log = fs::File::create(log_path())
+        .with_context(|| format!("creating {}", log_path().display()))?;
+    let mut command = Command::new(std::env::current_exe().context("finding xtask itself")?);
+    command.args(["test", "--lane", "guests"]);
+    for (set, flag) in [
+        (args.no_vm, "--no-vm"),
+        (args.no_matrix, "--no-matrix"),
+        (args.no_cross, "--no-cross"),
+    ] {
+        if set {
+            command.arg(flag);
+        }
+    }
+    for text in &args.only {
+        command.args(["--only", text]);
+    }
+    command
+        .current_dir(paths::root())
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .context("starting the guest lane")
+}
+
+/// The guest lane's outcomes, after printing its log; a lane that ended without reporting is
+/// one failed outcome.
+pub fn wait_guests(mut child: Child) -> Result<Vec<Outcome>> {
+    let status = child.wait().context("waiting for the guest lane")?;
+    let log = fs::read_to_string(log_path()).unwrap_or_default();
+    eprintln!(
+        "\n==> guest lane (ran alongside the steps above; log {})",
+        log_path().display()
+    );
+    eprint!("{log}");
+    match fs::read_to_string(results_path()) {
+        Ok(text) => Ok(parse_results(&text)),
+        Err(_) => Ok(vec![Outcome {
+            name: format!("guest lane (exited {status} without reporting its steps)"),
+            secs: 0.0,
+            ok: false,
+        }]),
+    }
+}
+
+/// In the guest lane: leaves its outcomes for the parent.
+pub fn write_results(outcomes: &[Outcome]) -> Result<()> {
+    fs::create_dir_all(dir())?;
+    fs::write(results_path(), format_results(outcomes))
+        .with_context(|| format!("writing {}", results_path().display()))
+}
+
+fn format_results(outcomes: &[Outcome]) -> String {
+    outcomes
+        .iter()
+        .map(|o| format!("{}\t{:.1}\t{}\n", o.ok, o.secs, o.name))
+        .collect()
+}
+
+fn parse_results(text: &str) -> Vec<Outcome> {
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.splitn(3, '\t');
+            let ok = fields.next()? == "true";
+            let secs = fields.next()?.parse().ok()?;
+            let name = fields.next()?.to_owned();
+            Some(Outcome { name, secs, ok })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_round_trip() {
+        let outcomes = [
+            Outcome {
+                name: "kernel module tests in QEMU (Debian 6.1)".into(),
+                secs: 346.6,
+                ok: true,
+            },
+            Outcome {
+                name: "kernel matrix: a\tb".into(),
+                secs: 0.0,
+                ok: false,
+            },
+        ];
+        let back = parse_results(&format_results(&outcomes));
+        assert_eq!(back.len(), 2);
+        assert!(back[0].ok && back[0].secs == 346.6 && back[0].name == outcomes[0].name);
+        assert!(!back[1].ok && back[1].name == "kernel matrix: a\tb");
+    }
+}
