@@ -207,6 +207,7 @@ pub fn cli(args: Args) -> Result<()> {
                     no_matrix: quick,
                     no_cross: quick,
                     only: Vec::new(),
+                    quick: false,
                     serial: false,
                     lane: None,
                 })

@@ -27,6 +27,11 @@ pub struct Args {
     /// `--only qemu` for the VM tests: for a developer between changes, not for CI.
     #[arg(long, value_name = "TEXT")]
     pub only: Vec<String>,
+    /// Only the steps a developer runs between changes (a few minutes with warm caches):
+    /// formatting, generated files, versions, clippy, the unit and integration tests. CI runs
+    /// the full set.
+    #[arg(long, conflicts_with_all = ["no_vm", "no_matrix", "no_cross", "only"])]
+    pub quick: bool,
     /// Run the steps one after another in this process, instead of the guest lane (QEMU and
     /// the kernel matrix) beside the host lane.
     #[arg(long)]
@@ -82,28 +87,40 @@ pub fn run(args: Args) -> Result<()> {
     report(&outcomes, started.elapsed().as_secs_f64())
 }
 
+/// The steps of `--quick`.
+const QUICK: [&str; 5] = [
+    FMT_STEP,
+    CODEGEN_STEP,
+    VERSIONS_STEP,
+    CLIPPY_STEP,
+    UNIT_STEP,
+];
+const FMT_STEP: &str = "cargo fmt --check";
+const CODEGEN_STEP: &str = "codegen freshness";
+const VERSIONS_STEP: &str =
+    "versions agree (crates released together, dkms.conf, pins, changelogs)";
+const CLIPPY_STEP: &str = "clippy -D warnings";
+const UNIT_STEP: &str = "unit and integration tests";
+
 /// Every step selected by `args`, by lane.
 fn steps(args: &Args) -> Result<(Vec<Step<'static>>, Vec<Step<'static>>)> {
     let mut host: Vec<Step> = vec![
-        ("cargo fmt --check", Box::new(fmt)),
+        (FMT_STEP, Box::new(fmt)),
+        (CODEGEN_STEP, Box::new(|_: &Shell| codegen::run(true))),
         (
-            "codegen freshness",
-            Box::new(|_: &Shell| codegen::run(true)),
-        ),
-        (
-            "versions agree (crates released together, dkms.conf, pins, changelogs)",
+            VERSIONS_STEP,
             Box::new(|sh: &Shell| crate::versions::check(&crate::workspace::Workspace::load(sh)?)),
         ),
         (
             "workflows: actionlint and ShellCheck",
             Box::new(crate::workflows::test_step),
         ),
-        ("clippy -D warnings", Box::new(clippy)),
+        (CLIPPY_STEP, Box::new(clippy)),
         (
             "rust-version: no dependency needs a newer Rust (product, xtask)",
             Box::new(crate::msrv::check),
         ),
-        ("unit and integration tests", Box::new(unit_tests)),
+        (UNIT_STEP, Box::new(unit_tests)),
         (
             "libgdrapi.a: only gdr_* global, no bitcode, links beside another Rust staticlib",
             Box::new(crate::staticlib::test_step),
@@ -118,6 +135,10 @@ fn steps(args: &Args) -> Result<(Vec<Step<'static>>, Vec<Step<'static>>)> {
         ),
     ];
     let mut guests: Vec<Step> = Vec::new();
+    if args.quick {
+        host.retain(|(name, _)| QUICK.contains(name));
+        return Ok((host, guests));
+    }
     if !args.no_cross {
         host.extend(crate::cross::test_steps());
     }
@@ -250,4 +271,56 @@ pub fn link_library(target: &Path, lib: &Path) -> Result<PathBuf> {
 /// The library's package version, which names its real file.
 pub fn gdrapi_version() -> &'static str {
     gdrapi::VERSION
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args() -> Args {
+        Args {
+            no_vm: false,
+            no_matrix: false,
+            no_cross: false,
+            only: Vec::new(),
+            quick: false,
+            serial: false,
+            lane: None,
+        }
+    }
+
+    fn names(steps: &[Step]) -> Vec<&'static str> {
+        steps.iter().map(|(name, _)| *name).collect()
+    }
+
+    #[test]
+    fn quick_is_the_five_developer_steps_in_the_host_lane() {
+        let (host, guests) = steps(&Args {
+            quick: true,
+            ..args()
+        })
+        .unwrap();
+        assert_eq!(names(&host), QUICK);
+        assert!(guests.is_empty());
+    }
+
+    #[test]
+    fn the_guest_lane_is_qemu_the_matrix_and_the_package_installs() {
+        let (host, guests) = steps(&args()).unwrap();
+        let guests = names(&guests);
+        assert!(guests.iter().any(|n| n.contains("QEMU (Debian 6.1)")));
+        assert!(guests.iter().any(|n| n.starts_with("kernel matrix")));
+        assert!(guests.iter().any(|n| n.starts_with("packages: install")));
+        assert!(names(&host)
+            .iter()
+            .all(|n| !n.contains("QEMU") && !n.starts_with("kernel matrix")));
+        let (host, guests) = steps(&Args {
+            no_vm: true,
+            no_matrix: true,
+            ..args()
+        })
+        .unwrap();
+        assert!(guests.is_empty(), "{:?}", names(&guests));
+        assert!(names(&host).contains(&CLIPPY_STEP));
+    }
 }
