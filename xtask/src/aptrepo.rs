@@ -28,7 +28,7 @@ use anyhow::{bail, ensure, Context, Result};
 use flate2::write::GzEncoder;
 use xshell::{cmd, Shell};
 
-use crate::kernel;
+use crate::base::{files, host};
 use crate::paths;
 use crate::stage;
 use crate::workspace::Workspace;
@@ -128,7 +128,7 @@ pub fn cli(args: Args) -> Result<()> {
     let sh = Shell::new()?;
     sh.change_dir(paths::root());
     let ws = Workspace::load(&sh)?;
-    let _lock = stage::lock()?;
+    let _lock = files::lock()?;
     let mut debs = Vec::new();
     for entry in fs::read_dir(paths::build_dir())
         .context("reading build/; run `cargo xtask deb-all` and `deb-bundle` first")?
@@ -206,7 +206,7 @@ pub fn build(
     suite: &str,
     signer: Option<&Signer>,
 ) -> Result<Repo> {
-    kernel::ensure_host_packages(HOST_PACKAGES)?;
+    host::ensure_host_packages(HOST_PACKAGES)?;
     ensure!(
         !suite.is_empty()
             && suite
@@ -214,7 +214,7 @@ pub fn build(
                 .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)),
         "suite {suite:?}: use letters, digits, '-', '_' and '.'"
     );
-    stage::fresh_dir(out)?;
+    files::fresh_dir(out)?;
     let mut read = Vec::new();
     for path in debs {
         read.push(Deb::read(sh, path)?);
@@ -344,9 +344,9 @@ pub struct TestKey {
 
 impl TestKey {
     pub fn generate(sh: &Shell, home: &Path, name: &str) -> Result<TestKey> {
-        kernel::ensure_host_packages(HOST_PACKAGES)?;
-        stage::fresh_dir(home)?;
-        stage::set_mode(home, 0o700)?;
+        host::ensure_host_packages(HOST_PACKAGES)?;
+        files::fresh_dir(home)?;
+        files::set_mode(home, 0o700)?;
         let user_id = format!("{name} <{name}@mtgdrcopy.invalid>");
         let key = TestKey {
             home: home.to_path_buf(),
@@ -426,7 +426,7 @@ mod tests {
     fn a_signed_repository_with_both_components() {
         let sh = Shell::new().unwrap();
         let scratch = paths::build_dir().join("test-aptrepo");
-        stage::fresh_dir(&scratch).unwrap();
+        files::fresh_dir(&scratch).unwrap();
         let debs = vec![
             tiny_deb(&scratch, "libgdrapi", "1.0.0-1", "amd64"),
             tiny_deb(&scratch, "mtgdrcopy", "1.0.0-1", "all"),

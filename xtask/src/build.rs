@@ -16,6 +16,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{ensure, Context, Result};
 use xshell::{cmd, Shell};
 
+use crate::base::cargo::{encode_rustflags, packaged_target_dir, reproducible_rustflags};
+use crate::base::library::soname;
+use crate::base::{files, targets};
 use crate::paths;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -83,14 +86,14 @@ pub fn cli(args: Args) -> Result<()> {
     sh.change_dir(paths::root());
     let all = args.what.contains(&Component::All);
     let wants = |c: Component| all || args.what.contains(&c);
-    if let Some(target) = crate::cross::parse(args.target.as_deref())? {
+    if let Some(target) = targets::parse(args.target.as_deref())? {
         ensure!(
             !args.what.contains(&Component::Driver),
             "the driver is built by DKMS on the target machine (mtgdrdrv-dkms); \
              --target builds only the library and the tools"
         );
         crate::cross::build(&sh, target, wants(Component::Lib), wants(Component::Exes))?;
-        let release = crate::cross::release_dir(target);
+        let release = targets::release_dir(target);
         if wants(Component::Lib) {
             println!("{}", release.join("libgdrapi.so").display());
         }
@@ -138,52 +141,6 @@ pub fn packaged(sh: &Shell, target_dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The packaged build's target directory, inside `target_dir` (cargo's).
-pub fn packaged_target_dir(target_dir: &Path) -> PathBuf {
-    target_dir.join("packaged")
-}
-
-/// Where the sources appear in the packaged binaries (panic locations, debug info): the same
-/// for every checkout, so that two builds of one commit give the same bytes.
-pub const REMAPPED_ROOT: &str = "/usr/src/mtgdrcopy";
-
-/// rustc flags that take the build machine's paths out of the binaries: the workspace `root`,
-/// the `target_dir` (build scripts' OUT_DIR) and cargo's home `cargo_home` (the crate
-/// registry's sources) become fixed paths. Nothing else of the machine is embedded: no time
-/// (no build script or crate reads the clock, so SOURCE_DATE_EPOCH is not needed), and the
-/// standard library's paths are already remapped by the toolchain's build. Same toolchain
-/// (rust-toolchain.toml), same Cargo.lock, these flags: the same bytes.
-///
-/// Each path is remapped as given and, when it differs, with symbolic links resolved (for
-/// cargo's home, also its registry and git directories, which CI caches may link elsewhere):
-/// cargo passes the sources' paths as it has them, but rustc records its working directory (a
-/// dependency's own directory) as the kernel reports it, resolved.
-pub fn reproducible_rustflags(root: &Path, target_dir: &Path, cargo_home: &Path) -> Vec<String> {
-    // When several prefixes match, rustc applies the last one: the target directory is usually
-    // inside the workspace.
-    let mut flags = Vec::new();
-    let mut remap = |from: &Path, to: &str, resolved_only: bool| {
-        let resolved = std::fs::canonicalize(from).ok();
-        let given = (!resolved_only).then_some(from);
-        let resolved = resolved.as_deref().filter(|r| *r != from);
-        for from in given.into_iter().chain(resolved) {
-            flags.push(format!("--remap-path-prefix={}={to}", from.display()));
-        }
-    };
-    remap(root, REMAPPED_ROOT, false);
-    remap(target_dir, &format!("{REMAPPED_ROOT}/target"), false);
-    remap(cargo_home, "/cargo", false);
-    for dir in ["registry", "git"] {
-        remap(&cargo_home.join(dir), &format!("/cargo/{dir}"), true);
-    }
-    flags
-}
-
-/// `flags` as CARGO_ENCODED_RUSTFLAGS (separated by 0x1f, so paths may contain spaces).
-pub fn encode_rustflags(flags: &[String]) -> String {
-    flags.join("\x1f")
-}
-
 /// libgdrapi: cdylib (soname libgdrapi.so.1) and staticlib, release profile, with the soname
 /// link beside the library (what `ldconfig -n` made in upstream's Makefile): the tools load
 /// `libgdrapi.so.1`, so `LD_LIBRARY_PATH=target/release` is all a source tree needs. Returns
@@ -195,13 +152,8 @@ pub fn lib(sh: &Shell) -> Result<PathBuf> {
         .context("building libgdrapi")?;
     let release = paths::root().join("target/release");
     let link = release.join(soname());
-    crate::stage::put_symlink("libgdrapi.so", &link)?;
+    files::put_symlink("libgdrapi.so", &link)?;
     Ok(link)
-}
-
-/// `libgdrapi.so.<major>`.
-pub fn soname() -> String {
-    format!("libgdrapi.so.{}", gdrapi::GDR_API_MAJOR_VERSION)
 }
 
 /// The mtgdrcopy-tests programs, release profile.
@@ -226,7 +178,7 @@ pub fn driver(sh: &Shell, kernel: &KernelArgs) -> Result<PathBuf> {
         kdir.display()
     );
     let out = driver_dir(&release);
-    crate::stage::copy_module_sources(&paths::root().join("mtgdrdrv/kmod"), &out)?;
+    files::copy_module_sources(&paths::root().join("mtgdrdrv/kmod"), &out)?;
     cmd!(sh, "make -s -C {out} KVER={release} KDIR={kdir} modules")
         .run()
         .with_context(|| format!("building mtgdrdrv for {release}"))?;
@@ -254,58 +206,4 @@ fn remove(path: &Path) -> Result<()> {
         std::fs::remove_dir_all(path).with_context(|| format!("removing {}", path.display()))?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn packaged_builds_remap_the_machine_paths() {
-        let flags = reproducible_rustflags(
-            Path::new("/home/me/src/mtgdrcopy"),
-            Path::new("/home/me/src/mtgdrcopy/target/packaged"),
-            Path::new("/home/me/.cargo"),
-        );
-        // The target directory after the workspace: rustc applies the last matching prefix.
-        assert_eq!(
-            flags,
-            [
-                "--remap-path-prefix=/home/me/src/mtgdrcopy=/usr/src/mtgdrcopy",
-                "--remap-path-prefix=/home/me/src/mtgdrcopy/target/packaged=/usr/src/mtgdrcopy/target",
-                "--remap-path-prefix=/home/me/.cargo=/cargo",
-            ]
-        );
-        let encoded = encode_rustflags(&flags);
-        assert_eq!(encoded.split('\x1f').collect::<Vec<_>>(), flags);
-        // A path with a space stays one argument.
-        let spaced = reproducible_rustflags(Path::new("/a b"), Path::new("/t"), Path::new("/c"));
-        assert_eq!(encode_rustflags(&spaced).split('\x1f').count(), 3);
-    }
-
-    #[test]
-    fn paths_through_symbolic_links_are_remapped_resolved_too() {
-        let dir = std::env::temp_dir().join(format!("xtask-remap-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("real/.cargo")).unwrap();
-        std::fs::create_dir_all(dir.join("cache/registry")).unwrap();
-        std::os::unix::fs::symlink(dir.join("real"), dir.join("home")).unwrap();
-        std::os::unix::fs::symlink(dir.join("cache/registry"), dir.join("real/.cargo/registry"))
-            .unwrap();
-        let home = dir.join("home/.cargo");
-        let resolved = std::fs::canonicalize(&home).unwrap();
-        let registry = std::fs::canonicalize(dir.join("cache/registry")).unwrap();
-        let flags = reproducible_rustflags(Path::new("/nonexistent"), Path::new("/nt"), &home);
-        std::fs::remove_dir_all(&dir).unwrap();
-        // Paths that do not exist (or are already resolved) are remapped once, as given; the
-        // registry (git does not exist) only resolved, its given path is under cargo's home.
-        assert_eq!(
-            flags[2..],
-            [
-                format!("--remap-path-prefix={}=/cargo", home.display()),
-                format!("--remap-path-prefix={}=/cargo", resolved.display()),
-                format!("--remap-path-prefix={}=/cargo/registry", registry.display()),
-            ]
-        );
-    }
 }

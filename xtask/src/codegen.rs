@@ -10,19 +10,15 @@
 
 use std::fmt::Write as _;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 
+use crate::base::generated::Generated;
 use crate::paths;
 
 mod gdrapi;
 mod manpage;
-
-pub struct Generated {
-    pub path: PathBuf,
-    pub contents: String,
-}
 
 /// The generated files whose contents on disk differ from what would be generated.
 fn stale_files() -> Result<Vec<Generated>> {

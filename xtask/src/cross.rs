@@ -13,66 +13,17 @@
 //! apart from the host toolchain's, whose fingerprints differ (another rustc); the packages'
 //! reproducible build to `<target dir>/cross/packaged/<triple>/`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
 use anyhow::{bail, ensure, Context, Result};
 use xshell::{cmd, Cmd, Shell};
 
+use crate::base::cargo::{encode_rustflags, reproducible_rustflags};
+use crate::base::library::link_library;
+use crate::base::targets::{self, release_dir, target_dir, Target, AARCH64};
 use crate::chroot::{self, Chroot};
 use crate::paths;
-
-/// A target other than the machine's, reached through Debian's cross toolchain.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Target {
-    /// Rust's name, `--target`.
-    pub triple: &'static str,
-    /// Debian's architecture name (`Architecture:` of the packages).
-    pub debian: &'static str,
-    /// The multiarch tuple: library directory, and the GNU tools' prefix.
-    pub multiarch: &'static str,
-    /// The qemu-user emulator that runs its programs.
-    pub qemu: &'static str,
-}
-
-pub const AARCH64: Target = Target {
-    triple: "aarch64-unknown-linux-gnu",
-    debian: "arm64",
-    multiarch: "aarch64-linux-gnu",
-    qemu: "qemu-aarch64",
-};
-
-/// The targets `--target` accepts besides the machine's own.
-const TARGETS: &[&Target] = &[&AARCH64];
-
-/// `--target TRIPLE` of `build` and `deb-*`: `None` for the machine's own triple (or none given).
-pub fn parse(triple: Option<&str>) -> Result<Option<&'static Target>> {
-    let Some(triple) = triple else {
-        return Ok(None);
-    };
-    if triple == host_triple() {
-        return Ok(None);
-    }
-    match TARGETS.iter().find(|t| t.triple == triple) {
-        Some(t) => Ok(Some(*t)),
-        None => bail!(
-            "cannot build for {triple}: the cross targets are {} (and the machine's own, {})",
-            TARGETS
-                .iter()
-                .map(|t| t.triple)
-                .collect::<Vec<_>>()
-                .join(", "),
-            host_triple()
-        ),
-    }
-}
-
-fn host_triple() -> &'static str {
-    match std::env::consts::ARCH {
-        "aarch64" => "aarch64-unknown-linux-gnu",
-        _ => "x86_64-unknown-linux-gnu",
-    }
-}
 
 const CHROOT: &str = "sid-cross-arm64";
 
@@ -225,24 +176,6 @@ fn runner(target: &Target) -> String {
     format!("{} -L /usr/{}", target.qemu, target.multiarch)
 }
 
-/// The cross toolchain's target directory (next to the host's, never shared with it).
-pub fn target_dir() -> PathBuf {
-    let host = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| paths::root().join("target"));
-    let host = if host.is_absolute() {
-        host
-    } else {
-        paths::root().join(host)
-    };
-    host.join("cross")
-}
-
-/// Where the release build for `target` lands.
-pub fn release_dir(target: &Target) -> PathBuf {
-    target_dir().join(target.triple).join("release")
-}
-
 /// Downloads the crates the lock file names, with the host's cargo (the chroot cannot), once
 /// per process.
 pub fn fetch(sh: &Shell) -> Result<()> {
@@ -269,15 +202,14 @@ pub fn packaged(sh: &Shell, target: &Target) -> Result<()> {
     }
     fetch(sh)?;
     let toolchain = toolchain(sh)?;
-    let dir = packaged_target_dir();
+    let dir = targets::packaged_dir();
     // The paths are the chroot's: the workspace and the target directory are mounted at their
     // host paths, the registry under CHROOT_CARGO_HOME (mount points, not links, so what
     // reproducible_rustflags resolves on the host adds nothing that matters inside).
-    let flags =
-        crate::build::reproducible_rustflags(&paths::root(), &dir, Path::new(CHROOT_CARGO_HOME));
+    let flags = reproducible_rustflags(&paths::root(), &dir, Path::new(CHROOT_CARGO_HOME));
     let env = [format!(
         "CARGO_ENCODED_RUSTFLAGS={}",
-        crate::build::encode_rustflags(&flags)
+        encode_rustflags(&flags)
     )];
     toolchain
         .cmd(sh, target, &env, "cargo")
@@ -303,16 +235,6 @@ pub fn packaged(sh: &Shell, target: &Target) -> Result<()> {
         })?;
     let _ = DONE.set(());
     Ok(())
-}
-
-/// The packaged build's target directory (inside the cross toolchain's, so mounted with it).
-fn packaged_target_dir() -> PathBuf {
-    crate::build::packaged_target_dir(&target_dir())
-}
-
-/// Where [`packaged`] puts its products for `target`.
-pub fn packaged_release_dir(target: &Target) -> PathBuf {
-    packaged_target_dir().join(target.triple).join("release")
 }
 
 /// `cargo xtask build --target`: the library and/or the tools for `target`, release.
@@ -363,7 +285,7 @@ pub fn header_test(sh: &Shell, target: &Target) -> Result<()> {
     build(sh, target, true, false)?;
     let toolchain = toolchain(sh)?;
     let out = paths::build_dir().join(format!("header-test-{}", target.debian));
-    let lib = crate::test::link_library(&release_dir(target), &out.join("lib"))?;
+    let lib = link_library(&release_dir(target), &out.join("lib"))?;
     let src = paths::root().join("libgdrapi/tests/c");
     let include = paths::root().join("libgdrapi/include");
     for (compiler, std, file) in [
@@ -406,80 +328,6 @@ pub fn header_test(sh: &Shell, target: &Target) -> Result<()> {
             exe.display(),
             target.qemu
         );
-    }
-    Ok(())
-}
-
-/// `deb-all` for `target`: the four packages, checked to carry the right architecture and
-/// arm64 code, then lintian on them (lintian reads foreign-architecture packages).
-pub fn packages(sh: &Shell, target: &'static Target) -> Result<()> {
-    use crate::stage::Package;
-    let ws = crate::workspace::Workspace::load(sh)?.for_target(Some(target));
-    let mut debs = Vec::new();
-    for package in Package::SPLIT {
-        let built = crate::deb::build(sh, &ws, package)?;
-        let arch = crate::deb::field(&built.control, "Architecture").unwrap_or_default();
-        let expected = if package.arch_all() {
-            "all"
-        } else {
-            target.debian
-        };
-        ensure!(
-            arch == expected,
-            "{}: Architecture is {arch:?}, expected {expected}",
-            built.path.display()
-        );
-        eprintln!("    {}", built.path.display());
-        debs.push(built);
-    }
-    // The staged trees are the packages' contents: their programs and libraries are arm64.
-    for package in [Package::Lib, Package::Tests] {
-        let elves = crate::deb::elf_files(&package.tree())?;
-        ensure!(!elves.is_empty(), "{} has no ELF files", package.deb_name());
-        for elf in elves {
-            ensure_elf_for(&elf, target)?;
-        }
-    }
-    crate::pkgtest::lintian(sh, &debs)
-}
-
-/// The steps of `cargo xtask test` for the cross toolchain: the workspace checked with it, and
-/// for every cross target its tests under qemu-user, the header test, and its packages with
-/// lintian.
-pub fn test_steps() -> Vec<crate::test::Step<'static>> {
-    let mut steps: Vec<crate::test::Step<'static>> = vec![(
-        "Debian's rustc: cargo check --workspace --all-targets",
-        Box::new(workspace_with_debian_rustc),
-    )];
-    for &target in TARGETS {
-        if parse(Some(target.triple)).ok().flatten().is_none() {
-            continue; // the machine's own: the native steps cover it
-        }
-        steps.push((
-            "arm64: toolchain chroot, mtgdrdrv and libgdrapi tests under qemu-user (copy matrix)",
-            Box::new(move |sh: &Shell| unit_tests(sh, target)),
-        ));
-        steps.push((
-            "arm64: gdrapi.h C and C++ test under qemu-user",
-            Box::new(move |sh: &Shell| header_test(sh, target)),
-        ));
-        steps.push((
-            "arm64: deb-all and lintian",
-            Box::new(move |sh: &Shell| packages(sh, target)),
-        ));
-    }
-    steps
-}
-
-/// `cargo xtask cross-test`: the steps of [`test_steps`], each timed; stops at a failure.
-pub fn cli() -> Result<()> {
-    let sh = Shell::new()?;
-    sh.change_dir(paths::root());
-    for (name, step) in test_steps() {
-        eprintln!("==> {name}");
-        let start = std::time::Instant::now();
-        step(&sh).with_context(|| format!("{name} failed"))?;
-        eprintln!("    ok: {name} ({:.1} s)", start.elapsed().as_secs_f64());
     }
     Ok(())
 }
@@ -535,17 +383,6 @@ pub fn ensure_elf_for(path: &Path, target: &Target) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn targets_parse() {
-        assert_eq!(parse(None).ok(), Some(None));
-        assert_eq!(
-            parse(Some("aarch64-unknown-linux-gnu")).ok().flatten(),
-            Some(&AARCH64).filter(|_| host_triple() != AARCH64.triple)
-        );
-        assert!(parse(Some("riscv64gc-unknown-linux-gnu")).is_err());
-        assert_eq!(parse(Some(host_triple())).ok(), Some(None));
-    }
 
     #[test]
     fn runner_uses_the_cross_sysroot() {

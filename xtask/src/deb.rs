@@ -37,6 +37,9 @@ use anyhow::{bail, ensure, Context, Result};
 use md5::{Digest, Md5};
 use xshell::{cmd, Shell};
 
+use crate::base::elf::elf_files;
+use crate::base::files;
+use crate::base::{host, lintian, targets};
 use crate::debian::{self, Control, GenControl, Paragraph};
 use crate::paths;
 use crate::stage::{self, Package};
@@ -82,10 +85,10 @@ pub struct Args {
 pub const HOST_PACKAGES: [&str; 3] = ["binutils", "dpkg-dev", "xz-utils"];
 
 pub fn cli(which: Which, args: Args) -> Result<()> {
-    crate::kernel::ensure_host_packages(&HOST_PACKAGES)?;
+    host::ensure_host_packages(&HOST_PACKAGES)?;
     let sh = Shell::new()?;
     sh.change_dir(paths::root());
-    let ws = Workspace::load(&sh)?.for_target(crate::cross::parse(args.target.as_deref())?);
+    let ws = Workspace::load(&sh)?.for_target(targets::parse(args.target.as_deref())?);
     let packages: Vec<Package> = match which {
         Which::One(p) => vec![p],
         Which::All => Package::SPLIT.to_vec(),
@@ -127,7 +130,7 @@ fn paragraph(control: &Control, package: Package) -> Result<Paragraph> {
 
 /// Stages `package` and writes its .deb (and -dbgsym .deb) into build/.
 pub fn build(sh: &Shell, ws: &Workspace, package: Package) -> Result<Built> {
-    let _lock = stage::lock()?;
+    let _lock = files::lock()?;
     let tree = stage::stage(sh, ws, package)?;
     let control = Control::load()?;
     let binary = paragraph(&control, package)?;
@@ -271,7 +274,7 @@ fn installed_size(tree: &Path) -> Result<u64> {
 fn write_deb(sh: &Shell, tree: &Path, control: &str, deb: &Path) -> Result<()> {
     let debian_dir = tree.join("DEBIAN");
     fs::create_dir_all(&debian_dir)?;
-    stage::put_text(&debian_dir.join("control"), control, 0o644)?;
+    files::put_text(&debian_dir.join("control"), control, 0o644)?;
     let md5sums = md5sums(tree)?;
     let path = debian_dir.join("md5sums");
     if md5sums.is_empty() {
@@ -279,7 +282,7 @@ fn write_deb(sh: &Shell, tree: &Path, control: &str, deb: &Path) -> Result<()> {
             fs::remove_file(&path)?;
         }
     } else {
-        stage::put_text(&path, &md5sums, 0o644)?;
+        files::put_text(&path, &md5sums, 0o644)?;
     }
     let epoch = source_date_epoch(sh)?;
     let tmp = deb.with_extension("deb.tmp");
@@ -304,7 +307,7 @@ pub fn source_date_epoch(sh: &Shell) -> Result<String> {
 /// `md5sums`: one `<md5>  <path>` line per regular file but DEBIAN/, sorted by path.
 fn md5sums(tree: &Path) -> Result<String> {
     let mut lines = Vec::new();
-    for path in stage::files(tree)? {
+    for path in files::files(tree)? {
         let rel = path.strip_prefix(tree)?.to_string_lossy().into_owned();
         if rel.starts_with("DEBIAN/") {
             continue;
@@ -392,60 +395,13 @@ pub fn field<'a>(control: &'a str, field: &str) -> Option<&'a str> {
     })
 }
 
-/// Executables and shared libraries (not archives, not kernel objects) in `tree`.
-pub fn elf_files(tree: &Path) -> Result<Vec<PathBuf>> {
-    let mut found = Vec::new();
-    for path in stage::files(tree)? {
-        if elf_kind(&path)?.is_some() {
-            found.push(path);
-        }
-    }
-    Ok(found)
-}
-
-/// What dh_strip tells apart: executables (PIE ones are ET_DYN too) and shared libraries
-/// (by their name, `*.so` or `*.so.*`, as dh_strip does).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ElfKind {
-    Executable,
-    SharedObject,
-}
-
-/// The kind of `path` if it is a loadable ELF file (not an archive or a kernel object).
-pub fn elf_kind(path: &Path) -> Result<Option<ElfKind>> {
-    let mut header = [0u8; 18];
-    let mut file = fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut n = 0;
-    while n < header.len() {
-        match file.read(&mut header[n..])? {
-            0 => return Ok(None),
-            k => n += k,
-        }
-    }
-    // ET_EXEC (2) or ET_DYN (3), little-endian (amd64, arm64).
-    let loadable =
-        &header[..4] == b"\x7fELF" && matches!(u16::from_le_bytes([header[16], header[17]]), 2 | 3);
-    if !loadable {
-        return Ok(None);
-    }
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    Ok(Some(if name.ends_with(".so") || name.contains(".so.") {
-        ElfKind::SharedObject
-    } else {
-        ElfKind::Executable
-    }))
-}
-
 /// The `shlibs:Depends` value dpkg-shlibdeps computes for `files`.
 /// For a cross target it runs in the toolchain chroot, whose dpkg database has that
 /// architecture's libc (the host's has only its own).
 fn shlibdeps(sh: &Shell, ws: &Workspace, package: Package, files: &[PathBuf]) -> Result<String> {
     // dpkg-shlibdeps wants to run in a source tree: it reads debian/control.
     let dir = paths::build_dir().join("pkg/.shlibdeps");
-    stage::put_text(
+    files::put_text(
         &dir.join("debian/control"),
         &format!(
             "Source: mtgdrcopy\n\nPackage: {}\nArchitecture: any\n",
@@ -477,4 +433,17 @@ fn shlibdeps(sh: &Shell, ws: &Workspace, package: Package, files: &[PathBuf]) ->
         .find_map(|l| l.strip_prefix("shlibs:Depends="))
         .map(|v| v.trim().to_owned())
         .context("dpkg-shlibdeps printed no shlibs:Depends")
+}
+
+/// lintian on every .deb: no error, no warning, no info tag (so also no unused override); the
+/// remaining ones are overridden in debian/<package>/lintian-overrides, each with its reason.
+pub fn lintian(sh: &Shell, debs: &[Built]) -> Result<()> {
+    // No other xtask rewrites the .debs meanwhile.
+    let _lock = files::lock()?;
+    let mut files: Vec<PathBuf> = Vec::new();
+    for d in debs {
+        files.push(d.path.clone());
+        files.extend(d.dbgsym.clone());
+    }
+    lintian::lintian_files(sh, &files)
 }

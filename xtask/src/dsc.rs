@@ -25,9 +25,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, ensure, Context, Result};
 use xshell::{cmd, Shell};
 
+use crate::base::files;
 use crate::deb::{self, Built};
 use crate::debian::{self, Control};
-use crate::stage::{self, Package};
+use crate::stage::Package;
 use crate::workspace::Workspace;
 use crate::{chroot, paths};
 
@@ -80,7 +81,7 @@ pub fn cli(args: Args) -> Result<()> {
 
 /// Writes the source package into `build/source/`.
 pub fn build(sh: &Shell) -> Result<SourcePackage> {
-    crate::kernel::ensure_host_packages(&["dpkg-dev", "xz-utils"])?;
+    crate::base::host::ensure_host_packages(&["dpkg-dev", "xz-utils"])?;
     let ws = Workspace::load(sh)?;
     let control = Control::load()?;
     let name = control.source_name().to_owned();
@@ -98,7 +99,7 @@ pub fn build(sh: &Shell) -> Result<SourcePackage> {
          changelog entry (dch -v {meta}-1)"
     );
     let out = paths::build_dir().join("source");
-    stage::fresh_dir(&out)?;
+    files::fresh_dir(&out)?;
     let dir = out.join(format!("{name}-{upstream}"));
     copy_tracked(sh, &dir, LEFT_OUT)?;
     product_workspace(sh, &dir)?;
@@ -196,7 +197,7 @@ fn copy_file(from: &Path, to: &Path) -> Result<()> {
         .mode();
     // git keeps only whether a file is executable.
     let mode = if mode & 0o111 != 0 { 0o755 } else { 0o644 };
-    stage::put_file(from, to, mode)
+    files::put_file(from, to, mode)
 }
 
 /// The workspace manifest with only the product crates, and the lock file pruned to them.
@@ -226,7 +227,7 @@ fn product_workspace(sh: &Shell, dir: &Path) -> Result<()> {
         replaced == 2,
         "Cargo.toml: expected one `members` and one `default-members` line, found {replaced}"
     );
-    stage::put_text(&manifest, &edited, 0o644)?;
+    files::put_text(&manifest, &edited, 0o644)?;
     let original = lock_entries(&fs::read_to_string(paths::root().join("Cargo.lock"))?);
     // cargo drops the lock file's entries that no member needs; nothing else changes offline.
     cmd!(
@@ -401,7 +402,7 @@ pub fn dpkg_buildpackage(sh: &Shell, source: &SourcePackage) -> Result<Vec<PathB
     let tree = work.join("src");
     // A fresh log for each build (run_logged appends).
     let log = paths::build_dir().join("logs/dpkg-buildpackage.log");
-    stage::put_text(&log, "", 0o644)?;
+    files::put_text(&log, "", 0o644)?;
     chroot::run_logged(
         chroot::offline_command(sh, &chroot.root, Some(work), "dpkg-source")
             .arg("-x")
@@ -417,7 +418,7 @@ pub fn dpkg_buildpackage(sh: &Shell, source: &SourcePackage) -> Result<Vec<PathB
         "dpkg-buildpackage -b (offline, trixie)",
     )?;
     let out = paths::build_dir().join("source/debs");
-    stage::fresh_dir(&out)?;
+    files::fresh_dir(&out)?;
     let mut debs = Vec::new();
     for entry in fs::read_dir(&host_work)? {
         let path = entry?.path();
@@ -604,7 +605,7 @@ pub fn test_step(sh: &Shell, built: &[Built]) -> Result<()> {
     let debs = dpkg_buildpackage(sh, &source)?;
     let mut files: Vec<PathBuf> = vec![source.dsc.clone()];
     files.extend(debs.iter().cloned());
-    crate::pkgtest::lintian_files(sh, &files)?;
+    crate::base::lintian::lintian_files(sh, &files)?;
     let mut ours = Vec::new();
     for b in built.iter().filter(|b| b.package != Package::Bundle) {
         ours.push(b.path.clone());

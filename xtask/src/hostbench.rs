@@ -10,7 +10,8 @@ use anyhow::{bail, ensure, Context, Result};
 use serde::Serialize;
 use xshell::{cmd, Shell};
 
-use crate::bench::{line_chart, Series, COLORS};
+use crate::base::host::cpu_name;
+use crate::base::plot::{line_chart, Series, COLORS};
 use crate::paths;
 
 /// One measured case; times in nanoseconds per copy.
@@ -130,20 +131,6 @@ fn parse(text: &str) -> Result<Vec<HostCopy>> {
         bail!("copy_bench printed no results");
     }
     Ok(rows)
-}
-
-/// The CPU model, for the report and the plots' titles.
-pub fn cpu_name() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| {
-            c.lines().find_map(|l| {
-                l.strip_prefix("model name")
-                    .and_then(|r| r.split_once(':'))
-                    .map(|(_, v)| v.trim().to_string())
-            })
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
 }
 
 /// Sizes of the public-call timings.

@@ -11,7 +11,7 @@ use anyhow::{bail, ensure, Context, Result};
 use serde_json::Value;
 use xshell::{cmd, Shell};
 
-use crate::codegen::Generated;
+use crate::base::generated::Generated;
 use crate::deb822;
 use crate::paths;
 use crate::versions::{self, Tree};

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{ensure, Context, Result};
 use xshell::{cmd, Shell};
 
+use crate::base::files;
 use crate::build::{self, KernelArgs};
 use crate::paths;
 use crate::stage;
@@ -89,8 +90,8 @@ pub fn cli(args: Args) -> Result<()> {
             Err(_) => libdir.display().to_string(),
         };
         let pc = pkg_config(&prefix, &pc_libdir, &krate.version)?;
-        stage::put_text(&target.join("pkgconfig/gdrapi.pc"), &pc, 0o644)?;
-        stage::put_file(
+        files::put_text(&target.join("pkgconfig/gdrapi.pc"), &pc, 0o644)?;
+        files::put_file(
             &paths::root().join("libgdrapi/include/gdrapi.h"),
             &dest(&args.prefix.join("include/gdrapi.h")),
             0o644,
@@ -130,14 +131,14 @@ fn install_driver(sh: &Shell, args: &Args, dest: &dyn Fn(&Path) -> PathBuf) -> R
     let release = args.kernel.release()?;
     let ko = build::driver(sh, &args.kernel)?;
     let modules = dest(Path::new("/lib/modules")).join(&release).join("extra");
-    stage::put_file(&ko, &modules.join("mtgdrdrv.ko"), 0o644)?;
+    files::put_file(&ko, &modules.join("mtgdrdrv.ko"), 0o644)?;
     report(&modules.join("mtgdrdrv.ko"));
     let debian = paths::root().join("debian");
     let rules = dest(&args.prefix.join("lib/udev/rules.d/60-mtgdrdrv.rules"));
-    stage::put_file(&debian.join("60-mtgdrdrv.rules"), &rules, 0o644)?;
+    files::put_file(&debian.join("60-mtgdrdrv.rules"), &rules, 0o644)?;
     report(&rules);
     let softdep = dest(&args.prefix.join("lib/modprobe.d/mtgdrdrv.conf"));
-    stage::put_file(&debian.join("mtgdrdrv.modprobe.conf"), &softdep, 0o644)?;
+    files::put_file(&debian.join("mtgdrdrv.modprobe.conf"), &softdep, 0o644)?;
     report(&softdep);
     if live {
         cmd!(sh, "depmod -a {release}")
@@ -208,9 +209,9 @@ fn install_lib(sh: &Shell, ws: &Workspace, libdir: &Path, names: &LibNames) -> R
         .quiet()
         .run()
         .context("stripping libgdrapi.so (binutils)")?;
-    stage::set_mode(&real, 0o644)?;
-    stage::put_symlink(&names.real, &libdir.join(&names.soname))?;
-    stage::put_symlink(&names.soname, &libdir.join(&names.link))?;
+    files::set_mode(&real, 0o644)?;
+    files::put_symlink(&names.real, &libdir.join(&names.soname))?;
+    files::put_symlink(&names.soname, &libdir.join(&names.link))?;
     // The static library as the package has it: only the gdr_* symbols global.
     let archive = libdir.join("libgdrapi.a");
     let reduced = crate::paths::build_dir().join("libgdrapi.a.reduced");
@@ -233,7 +234,7 @@ fn install_lib(sh: &Shell, ws: &Workspace, libdir: &Path, names: &LibNames) -> R
         .quiet()
         .run()
         .context("stripping libgdrapi.a (binutils)")?;
-    stage::set_mode(&archive, 0o644)
+    files::set_mode(&archive, 0o644)
 }
 
 /// gdrapi.pc for a library installed in `libdir` (may use `${prefix}`) with headers in
@@ -262,7 +263,7 @@ fn install_exes(sh: &Shell, ws: &Workspace, bins: &[String], bindir: &Path) -> R
             .quiet()
             .run()
             .with_context(|| format!("stripping {name} (binutils)"))?;
-        stage::set_mode(&to, 0o755)?;
+        files::set_mode(&to, 0o755)?;
     }
     Ok(())
 }

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, ensure, Context, Result};
 use xshell::{cmd, Shell};
 
+use crate::base::host;
 use crate::{chroot, paths};
 
 /// A kernel we can build modules against and boot.
@@ -65,7 +66,7 @@ pub fn bookworm_kernel() -> Result<Kernel> {
     let release = match newest_bookworm_headers()? {
         Some(release) => release,
         None => {
-            ensure_host_packages(&["linux-headers-amd64"])?;
+            host::ensure_host_packages(&["linux-headers-amd64"])?;
             newest_bookworm_headers()?.context(
                 "linux-headers-amd64 is installed but no /usr/src/linux-headers-6.1.0-*-amd64 \
                  exists; is this a Debian 12 (bookworm) host?",
@@ -99,59 +100,6 @@ pub fn chroot_kernel(root: &Path, release: &str) -> Result<Kernel> {
         headers,
         builder,
     })
-}
-
-/// Installs those of `pkgs` that are not installed yet. Checking is local and fast; apt's package
-/// lists are refreshed only when something must be installed, since that is the slow,
-/// network-bound step.
-pub fn ensure_host_packages(pkgs: &[&str]) -> Result<()> {
-    let sh = Shell::new()?;
-    // One xtask at a time (the test lanes run two): dpkg's lock would fail the second apt-get.
-    let _lock = crate::stage::lock_file(
-        &paths::build_dir().join("host-packages.lock"),
-        "installing host packages",
-    )?;
-    let mut missing = Vec::new();
-    for &pkg in pkgs {
-        // Exit status 1 means "unknown package": not installed either.
-        let out = cmd!(sh, "dpkg-query -W -f '${Status}' {pkg}")
-            .quiet()
-            .ignore_status()
-            .ignore_stderr()
-            .read()
-            .context("running dpkg-query; is this a Debian host?")?;
-        if out.trim() != "install ok installed" {
-            missing.push(pkg);
-        }
-    }
-    if missing.is_empty() {
-        return Ok(());
-    }
-    eprintln!("xtask: installing {} with apt-get", missing.join(" "));
-    apt(&sh, &["update"])?;
-    let mut args = vec!["install", "-y", "--no-install-recommends"];
-    args.extend(&missing);
-    apt(&sh, &args)
-}
-
-/// Runs apt-get non-interactively, showing its output only when it fails.
-fn apt(sh: &Shell, args: &[&str]) -> Result<()> {
-    let out = cmd!(sh, "apt-get {args...}")
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .quiet()
-        .ignore_status()
-        .output()
-        .context("running apt-get")?;
-    if !out.status.success() {
-        bail!(
-            "`apt-get {}` failed ({}); installing packages needs root\n{}{}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(())
 }
 
 /// The `6.1.0-<abi>-amd64` release with a headers tree in /usr/src and the highest ABI number.
@@ -313,7 +261,7 @@ fn download_deb(sh: &Shell, apt: &Builder, dir: &Path, candidates: &[String]) ->
     for refreshed in [false, true] {
         if refreshed {
             match apt {
-                Builder::Host => self::apt(sh, &["update"])?,
+                Builder::Host => host::apt(sh, &["update"])?,
                 Builder::Chroot(root) => {
                     apt.cmd(sh, None, "apt-get")
                         .arg("update")

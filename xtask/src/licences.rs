@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use xshell::Shell;
 
-use crate::codegen::Generated;
+use crate::base::generated::Generated;
 use crate::identity::Identity;
 
 use crates::{dependencies, metadata, TARGETS};

@@ -2,12 +2,14 @@
 //! One module per subcommand; `main` only parses and dispatches.
 
 mod aptrepo;
+mod base;
 mod bench;
 mod build;
 mod chroot;
 mod codegen;
 mod copycount;
 mod cross;
+mod crosstest;
 mod deb;
 mod deb822;
 mod debian;
@@ -129,7 +131,7 @@ fn main() -> Result<()> {
         Command::Bench(args) => bench::run(args),
         Command::CopyCounts(args) => copycount::run(args),
         Command::KmodMatrix(args) => matrix::cli(args),
-        Command::CrossTest => cross::cli(),
+        Command::CrossTest => crosstest::cli(),
         Command::Build(args) => build::cli(args),
         Command::Clean => build::clean(),
         Command::Install(args) => install::cli(args),

@@ -25,6 +25,8 @@ use std::time::Instant;
 use anyhow::{bail, ensure, Context, Result};
 use xshell::{cmd, Shell};
 
+use crate::base::host;
+use crate::base::steps::Step;
 use crate::chroot::{self, Chroot};
 use crate::kernel::{self, Builder, Kernel};
 use crate::stage::Package;
@@ -131,7 +133,7 @@ pub fn cli(args: Args) -> Result<()> {
 
 /// The matrix as a step of `cargo xtask test`, after its 6.1 VM step (whose outcome it reports
 /// instead of booting 6.1 again). Without `vm`, the builds only.
-pub fn test_step(vm: bool) -> crate::test::Step<'static> {
+pub fn test_step(vm: bool) -> Step<'static> {
     (
         "kernel matrix: bullseye, bookworm, trixie, sid (build, dkms, VM e2e on sid)",
         Box::new(move |sh: &Shell| {
@@ -191,7 +193,7 @@ struct Row {
 
 fn run(sh: &Shell, opts: Options) -> Result<()> {
     let start = Instant::now();
-    kernel::ensure_host_packages(HOST_PACKAGES)?;
+    host::ensure_host_packages(HOST_PACKAGES)?;
     let logs = paths::build_dir().join("kmod-matrix");
     fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
 
@@ -406,7 +408,7 @@ fn suite_row(
             None => {
                 let mut host_release = None;
                 let cell = step("VM e2e (host kernel)", &mut || {
-                    kernel::ensure_host_packages(vmtest::HOST_PACKAGES)?;
+                    host::ensure_host_packages(vmtest::HOST_PACKAGES)?;
                     let kernel = kernel::bookworm_kernel()?;
                     host_release = Some(kernel.release.clone());
                     vmtest::run_module_tests(sh, &kernel)
@@ -424,7 +426,7 @@ fn suite_row(
             Cell::Fail("the module build failed".into())
         }
         (E2e::Chroot, true) => step("VM e2e", &mut || {
-            kernel::ensure_host_packages(vmtest::HOST_PACKAGES)?;
+            host::ensure_host_packages(vmtest::HOST_PACKAGES)?;
             let kernel = kernel::chroot_kernel(&chroot.root, &release)?;
             vmtest::run_module_tests(sh, &kernel)
         }),

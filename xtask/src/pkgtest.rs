@@ -48,18 +48,17 @@ mod upgrade;
 
 use std::cell::RefCell;
 use std::fs;
-use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::Instant;
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use xshell::{cmd, Shell};
 
+use crate::base::elf;
+use crate::base::steps::Step;
 use crate::deb::{self, Built};
-use crate::kernel;
 use crate::paths;
 use crate::stage::{self, Package};
-use crate::test::Step;
 use crate::workspace::Workspace;
 
 use install::install_test;
@@ -81,7 +80,7 @@ pub fn test_steps(vm: bool) -> (Vec<Step<'static>>, Vec<Step<'static>>) {
         ),
         (
             "packages: lintian on every .deb",
-            Box::new(move |sh: &Shell| lintian(sh, &built(sh, &d2)?)),
+            Box::new(move |sh: &Shell| deb::lintian(sh, &built(sh, &d2)?)),
         ),
         (
             "source package: dpkg-buildpackage in trixie offline, lintian, same as deb-all",
@@ -127,7 +126,7 @@ pub fn cli(args: Args) -> Result<()> {
     let ws = Workspace::load(&sh)?;
     let debs = deb::build_everything(&sh, &ws)?;
     if !args.no_lintian {
-        lintian(&sh, &debs)?;
+        deb::lintian(&sh, &debs)?;
     }
     if !args.no_install {
         install_test(&sh, &debs)?;
@@ -168,7 +167,7 @@ fn contents_check(sh: &Shell, debs: &[Built]) -> Result<()> {
             let size = fs::metadata(deb)?.len();
             eprintln!("    {:>9} KiB  {}", size.div_ceil(1024), deb.display());
         }
-        let has_elf = !deb::elf_files(&b.package.tree())?.is_empty();
+        let has_elf = !elf::elf_files(&b.package.tree())?.is_empty();
         ensure!(
             has_elf == b.dbgsym.is_some(),
             "{}: {} ELF files, but {} -dbgsym package",
@@ -190,60 +189,6 @@ fn timed(what: &str, start: Instant) {
     eprintln!("    {what}: {:.1} s", start.elapsed().as_secs_f64());
 }
 
-/// lintian on every .deb: no error, no warning, no info tag (so also no unused override); the
-/// remaining ones are overridden in debian/<package>/lintian-overrides, each with its reason.
-pub fn lintian(sh: &Shell, debs: &[Built]) -> Result<()> {
-    // No other xtask rewrites the .debs meanwhile.
-    let _lock = crate::stage::lock()?;
-    let mut files: Vec<PathBuf> = Vec::new();
-    for d in debs {
-        files.push(d.path.clone());
-        files.extend(d.dbgsym.clone());
-    }
-    lintian_files(sh, &files)
-}
-
-/// lintian, pedantic, failing on anything but overridden tags, on .debs and .dsc files.
-pub fn lintian_files(sh: &Shell, files: &[PathBuf]) -> Result<()> {
-    kernel::ensure_host_packages(&["lintian"])?;
-    let debs = files;
-    let out = cmd!(
-        sh,
-        "lintian --fail-on error,warning,info --display-info --pedantic {files...}"
-    )
-    .quiet()
-    .ignore_status()
-    .output()
-    .context("running lintian")?;
-    // (--show-overrides would list the overridden tags, but makes lintian exit 2.)
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let reported: Vec<&str> = stdout.lines().filter(|l| !l.starts_with("N:")).collect();
-    eprintln!(
-        "    lintian: {} files, {} tags besides those overridden in debian/*.lintian-overrides",
-        debs.len(),
-        reported.len()
-    );
-    for line in &reported {
-        eprintln!("      {line}");
-    }
-    if !out.status.success() {
-        bail!(
-            "lintian failed ({}):\n{}{}",
-            out.status,
-            reported
-                .iter()
-                .map(|l| format!("  {l}\n"))
-                .collect::<String>(),
-            String::from_utf8_lossy(&out.stderr)
-                .lines()
-                .filter(|l| !l.contains("root privileges"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
-    }
-    Ok(())
-}
-
 fn find(debs: &[Built], package: Package) -> Result<&Built> {
     debs.iter()
         .find(|d| d.package == package)
@@ -252,7 +197,7 @@ fn find(debs: &[Built], package: Package) -> Result<&Built> {
 
 /// Copies the .debs into the root's /tmp/debs; returns their paths there.
 fn put_debs(root: &Root, debs: &[&Built]) -> Result<Vec<String>> {
-    let _lock = crate::stage::lock()?;
+    let _lock = crate::base::files::lock()?;
     let dir = root.new_file("/tmp/debs");
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut inside = Vec::new();

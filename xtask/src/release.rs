@@ -30,11 +30,12 @@ use std::time::Instant;
 use anyhow::{bail, ensure, Context, Result};
 use xshell::{cmd, Shell};
 
+use crate::base::files;
 use crate::deb;
-use crate::stage::{self, Package};
+use crate::stage::Package;
 use crate::versions::{self, Tree};
 use crate::workspace::Workspace;
-use crate::{codegen, identity, paths, pkgtest, test};
+use crate::{codegen, identity, paths, test};
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum Tests {
@@ -214,7 +215,7 @@ pub fn cli(args: Args) -> Result<()> {
             }
             Tests::None => {
                 let debs = deb::build_everything(&sh, &ws)?;
-                pkgtest::lintian(&sh, &debs)
+                deb::lintian(&sh, &debs)
             }
         });
     }
@@ -254,8 +255,8 @@ fn write_dist(
     version: &str,
     dist: &std::path::Path,
 ) -> Result<()> {
-    let _lock = stage::lock()?;
-    stage::fresh_dir(dist)?;
+    let _lock = files::lock()?;
+    files::fresh_dir(dist)?;
     let mut names = Vec::new();
     for package in Package::SPLIT.into_iter().chain([Package::Bundle]) {
         let debian_version = crate::deb::package_version(ws, package)?;

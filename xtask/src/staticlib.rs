@@ -17,7 +17,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{ensure, Context, Result};
 use xshell::{cmd, Cmd, Shell};
 
-use crate::cross::{self, Target};
+use crate::base::targets;
+use crate::base::targets::Target;
+use crate::cross;
 use crate::paths;
 
 /// The other Rust staticlib and the C program of the link check.
@@ -52,7 +54,7 @@ pub struct Args {
 pub fn cli(args: Args) -> Result<()> {
     let sh = Shell::new()?;
     sh.change_dir(paths::root());
-    let target = cross::parse(args.target.as_deref())?;
+    let target = targets::parse(args.target.as_deref())?;
     match args.archive {
         None => step(&sh, target),
         Some(archive) => check(&sh, &archive, target),
@@ -138,10 +140,10 @@ pub fn test_step(sh: &Shell) -> Result<()> {
 /// [`check`]; and the script must refuse an archive without the API.
 fn step(sh: &Shell, target: Option<&Target>) -> Result<()> {
     let input = match target {
-        None => crate::test::build_library(sh)?.join("libgdrapi.a"),
+        None => crate::base::library::build_library(sh)?.join("libgdrapi.a"),
         Some(t) => {
             cross::build(sh, t, true, false)?;
-            cross::release_dir(t).join("libgdrapi.a")
+            targets::release_dir(t).join("libgdrapi.a")
         }
     };
     let dir = paths::build_dir().join("staticlib-check");

@@ -4,12 +4,12 @@
 
 mod lanes;
 
-use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use xshell::{cmd, Shell};
 
+use crate::base::steps::Step;
 use crate::{codegen, paths};
 
 #[derive(clap::Args)]
@@ -56,8 +56,6 @@ pub struct Outcome {
     pub secs: f64,
     pub ok: bool,
 }
-
-pub type Step<'a> = (&'static str, Box<dyn Fn(&Shell) -> Result<()> + 'a>);
 
 pub fn run(args: Args) -> Result<()> {
     let sh = Shell::new()?;
@@ -140,7 +138,7 @@ fn steps(args: &Args) -> Result<(Vec<Step<'static>>, Vec<Step<'static>>)> {
         return Ok((host, guests));
     }
     if !args.no_cross {
-        host.extend(crate::cross::test_steps());
+        host.extend(crate::crosstest::test_steps());
     }
     if !args.no_vm {
         guests.extend(crate::vmtest::test_steps());
@@ -235,44 +233,6 @@ fn unit_tests(sh: &Shell) -> Result<()> {
     cmd!(sh, "cargo test --quiet --workspace").run()?;
     Ok(())
 }
-
-/// Builds the release library and stages it under build/lib with its real name
-/// (`libgdrapi.so.1.0.0`), the soname link and the development link; returns that directory.
-pub fn build_library(sh: &Shell) -> Result<PathBuf> {
-    cmd!(sh, "cargo build --quiet --release -p libgdrapi --locked").run()?;
-    link_library(
-        &paths::root().join("target/release"),
-        &paths::build_dir().join("lib"),
-    )
-}
-
-/// Stages the library built in `target` (a release directory) in `lib` with its real name, the
-/// soname link and the development link; returns `lib`.
-pub fn link_library(target: &Path, lib: &Path) -> Result<PathBuf> {
-    let lib = lib.to_path_buf();
-    std::fs::create_dir_all(&lib)?;
-    let version = gdrapi_version();
-    let real = format!("libgdrapi.so.{version}");
-    let soname = crate::build::soname();
-    std::fs::copy(target.join("libgdrapi.so"), lib.join(&real))?;
-    std::fs::copy(target.join("libgdrapi.a"), lib.join("libgdrapi.a"))?;
-    for (link, to) in [
-        (soname.as_str(), real.as_str()),
-        ("libgdrapi.so", soname.as_str()),
-    ] {
-        let path = lib.join(link);
-        let _ = std::fs::remove_file(&path);
-        std::os::unix::fs::symlink(to, &path)
-            .with_context(|| format!("linking {}", path.display()))?;
-    }
-    Ok(lib)
-}
-
-/// The library's package version, which names its real file.
-pub fn gdrapi_version() -> &'static str {
-    gdrapi::VERSION
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 
+use crate::base::host;
 use crate::kernel::{self, Kernel};
 use crate::paths;
 
@@ -99,7 +100,7 @@ impl VmOutcome {
 /// end of the console; a missing exit status is not an error, the caller judges the outcome.
 /// Interactive runs use the terminal as the console and log nothing.
 pub fn run(spec: &VmSpec, log_path: &Path) -> Result<VmOutcome> {
-    kernel::ensure_host_packages(HOST_PACKAGES)?;
+    host::ensure_host_packages(HOST_PACKAGES)?;
     let work = WorkDir::new()?;
     let initrd = work.path.join("initrd.cpio");
     build_initramfs(spec, &initrd)?;

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use xshell::{cmd, Shell};
 
+use crate::base::host;
+use crate::base::steps::Step;
 use crate::kernel::{self, Builder, Kernel};
 use crate::{paths, vm};
 
@@ -291,7 +293,7 @@ fn tool_files(sh: &Shell) -> Result<Vec<(PathBuf, String)>> {
     for (path, name) in programs(&release, |name| name == "mtgdrdrv_fuzz")? {
         stage(path, &name, format!("/usr/bin/{name}"))?;
     }
-    let soname = crate::build::soname();
+    let soname = crate::base::library::soname();
     stage(
         release.join("libgdrapi.so"),
         &soname,
@@ -694,11 +696,11 @@ pub fn bookworm_e2e_outcome() -> Option<Result<(), String>> {
 }
 
 /// The VM steps of `cargo xtask test`.
-pub fn test_steps() -> Vec<crate::test::Step<'static>> {
+pub fn test_steps() -> Vec<Step<'static>> {
     vec![(
         "kernel module tests in QEMU (Debian 6.1)",
         Box::new(|sh: &Shell| {
-            kernel::ensure_host_packages(HOST_PACKAGES)?;
+            host::ensure_host_packages(HOST_PACKAGES)?;
             let kernel = kernel::bookworm_kernel()?;
             let result = run_module_tests(sh, &kernel);
             if let Ok(mut slot) = BOOKWORM_E2E.lock() {

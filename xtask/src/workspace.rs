@@ -7,6 +7,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 use xshell::{cmd, Shell};
 
+use crate::base::{cargo, targets};
 use crate::paths;
 
 #[derive(Clone, Debug)]
@@ -36,7 +37,7 @@ pub struct Workspace {
     pub crates: Vec<Crate>,
     pub target_dir: PathBuf,
     /// The cross target packages are built for; `None`: the machine's own architecture.
-    pub target: Option<&'static crate::cross::Target>,
+    pub target: Option<&'static targets::Target>,
 }
 
 impl Workspace {
@@ -92,14 +93,14 @@ impl Workspace {
     }
 
     /// The same workspace, packaged for `target` (see [`Workspace::target`]).
-    pub fn for_target(self, target: Option<&'static crate::cross::Target>) -> Workspace {
+    pub fn for_target(self, target: Option<&'static targets::Target>) -> Workspace {
         Workspace { target, ..self }
     }
 
     /// Where `cargo build --release` puts its products (for the cross target, if any).
     pub fn release_dir(&self) -> PathBuf {
         match self.target {
-            Some(target) => crate::cross::release_dir(target),
+            Some(target) => targets::release_dir(target),
             None => self.target_dir.join("release"),
         }
     }
@@ -107,8 +108,8 @@ impl Workspace {
     /// Where the packaged build (`build::packaged`, `cross::packaged`) puts its products.
     pub fn packaged_dir(&self) -> PathBuf {
         match self.target {
-            Some(target) => crate::cross::packaged_release_dir(target),
-            None => crate::build::packaged_target_dir(&self.target_dir).join("release"),
+            Some(target) => targets::packaged_release_dir(target),
+            None => cargo::packaged_target_dir(&self.target_dir).join("release"),
         }
     }
 }

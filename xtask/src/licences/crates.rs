@@ -15,7 +15,10 @@ use crate::paths::PRODUCTS;
 const LINKED: [&str; 2] = ["libgdrapi", "mtgdrcopy-tests"];
 
 /// The architectures the packages are built for: which platform-specific dependencies they link.
-pub(super) const TARGETS: [&str; 2] = ["x86_64-unknown-linux-gnu", crate::cross::AARCH64.triple];
+pub(super) const TARGETS: [&str; 2] = [
+    "x86_64-unknown-linux-gnu",
+    crate::base::targets::AARCH64.triple,
+];
 
 pub(super) fn metadata(sh: &Shell, target: Option<&str>) -> Result<Value> {
     let filter = target.map(|t| format!("--filter-platform={t}"));

@@ -8,6 +8,7 @@ use xshell::Shell;
 
 use super::root::Root;
 use super::{put_debs, SOFTDEP};
+use crate::base::files;
 use crate::deb::Built;
 use crate::stage;
 
@@ -121,7 +122,7 @@ pub(super) fn dkms_failures(
     version: &str,
 ) -> Result<()> {
     let root = Root::fresh(layers, "dkms")?;
-    stage::put_text(
+    files::put_text(
         &root.new_file("/usr/sbin/uname"),
         &format!(
             "#!/bin/sh\n# The package install test: this root runs the VM's kernel.\n\

@@ -13,6 +13,7 @@ use super::dkms::{check_dkms_installed, check_purged, dkms_failures};
 use super::guest::run_vm;
 use super::root::{self, Root};
 use super::{find, put_debs, timed};
+use crate::base::host;
 use crate::deb::Built;
 use crate::kernel;
 use crate::stage::Package;
@@ -25,9 +26,9 @@ fn apt_install(sh: &Shell, root: &Root, debs: &[String]) -> Result<String> {
 }
 
 pub(super) fn install_test(sh: &Shell, debs: &[Built]) -> Result<()> {
-    kernel::ensure_host_packages(vmtest::HOST_PACKAGES)?;
+    host::ensure_host_packages(vmtest::HOST_PACKAGES)?;
     // The roots in build/pkgtest/ are one run's at a time.
-    let _lock = crate::stage::lock_file(
+    let _lock = crate::base::files::lock_file(
         &paths::build_dir().join("pkgtest/.lock"),
         "running the package install test",
     )?;
@@ -171,7 +172,7 @@ fn install_from_repo(sh: &Shell, host: &Root, debs: &[Built]) -> Result<String> 
     fs::create_dir_all(&into)?;
     // Made in the upper directory, /tmp takes that directory's mode: keep it /tmp's, since
     // apt's unprivileged user writes its temporary files there while checking signatures.
-    crate::stage::set_mode(&host.new_file("/tmp"), 0o1777)?;
+    crate::base::files::set_mode(&host.new_file("/tmp"), 0o1777)?;
     let from = repo.dir.join(".");
     cmd!(sh, "cp -a {from} {into}").quiet().run()?;
     let keyrings = host.new_file(KEYRINGS);

@@ -27,7 +27,8 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use xshell::{cmd, Shell};
 
-use crate::kernel::{self, Kernel};
+use crate::base::host;
+use crate::kernel::Kernel;
 use crate::paths;
 
 const SUITE: &str = "bookworm";
@@ -206,7 +207,7 @@ pub fn minbase(sh: &Shell) -> Result<PathBuf> {
     if dir.join(STAMP).exists() {
         return Ok(dir);
     }
-    kernel::ensure_host_packages(&["debootstrap"])?;
+    host::ensure_host_packages(&["debootstrap"])?;
     // Layers built on an older minbase do not fit a new one.
     if let Ok(entries) = fs::read_dir(roots_dir()) {
         for entry in entries.flatten() {
@@ -241,7 +242,7 @@ pub fn minbase(sh: &Shell) -> Result<PathBuf> {
         }
         use_host_apt_sources(tmp)?;
         // Services never start in these roots (policy-rc.d(8)).
-        crate::stage::put_text(
+        crate::base::files::put_text(
             &tmp.join("usr/sbin/policy-rc.d"),
             "#!/bin/sh\n# Installed by cargo xtask test: no services in this root.\nexit 101\n",
             0o755,
@@ -394,7 +395,7 @@ mount -t proc proc "$merged/proc" || fail /proc
 exec chroot "$merged" "$@"
 "#;
     if fs::read_to_string(&path).ok().as_deref() != Some(text) {
-        crate::stage::put_text(&path, text, 0o755)?;
+        crate::base::files::put_text(&path, text, 0o755)?;
     }
     Ok(path)
 }
@@ -477,7 +478,7 @@ fn use_host_apt_sources(root: &Path) -> Result<()> {
     }
     for (path, text) in host_sources()? {
         let rel = path.strip_prefix("/").unwrap_or(&path);
-        crate::stage::put_text(&root.join(rel), &text, 0o644)?;
+        crate::base::files::put_text(&root.join(rel), &text, 0o644)?;
     }
     Ok(())
 }

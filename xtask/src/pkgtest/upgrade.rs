@@ -51,10 +51,11 @@ use xshell::{cmd, Shell};
 
 use super::root::{self, Root};
 use super::timed;
+use crate::base::steps::Step;
+use crate::base::{files, host};
 use crate::deb::Built;
 use crate::kernel;
-use crate::stage::{self, Package};
-use crate::test::Step;
+use crate::stage::Package;
 use crate::workspace::Workspace;
 use crate::{aptrepo, paths, vmtest};
 
@@ -137,9 +138,9 @@ fn upstream(version: &str) -> &str {
 }
 
 pub fn test(sh: &Shell, debs: &[Built]) -> Result<()> {
-    kernel::ensure_host_packages(vmtest::HOST_PACKAGES)?;
+    host::ensure_host_packages(vmtest::HOST_PACKAGES)?;
     // The roots in build/pkgtest/ are one run's at a time (the install test's lock).
-    let _lock = stage::lock_file(
+    let _lock = files::lock_file(
         &paths::build_dir().join("pkgtest/.lock"),
         "running a package install test",
     )?;

@@ -15,7 +15,7 @@ use std::time::UNIX_EPOCH;
 
 use anyhow::{bail, ensure, Context, Result};
 
-use crate::kernel;
+use crate::base::host;
 use crate::paths;
 
 const XZ_MAGIC: &[u8] = b"\xfd7zXZ\x00";
@@ -58,7 +58,7 @@ fn cached_elf(vmlinuz: &Path) -> Result<Option<PathBuf>> {
         return Ok(Some(elf));
     }
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    kernel::ensure_host_packages(&["xz-utils"])?;
+    host::ensure_host_packages(&["xz-utils"])?;
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     let result = unxz(payload, &tmp).and_then(|()| {
         let bytes = fs::read(&tmp).with_context(|| format!("reading {}", tmp.display()))?;

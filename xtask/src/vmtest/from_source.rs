@@ -113,7 +113,7 @@ pub fn prepare(sh: &Shell, kernel: &Kernel) -> Result<(Vec<(PathBuf, String)>, S
             "/opt/mtgdrcopy/setpriv".into(),
         ),
     ];
-    for name in ["libgdrapi.so".to_string(), crate::build::soname()] {
+    for name in ["libgdrapi.so".to_string(), crate::base::library::soname()] {
         files.push((release.join(&name), format!("/src/target/release/{name}")));
     }
     for (path, name) in super::programs(&release, |_| false)? {

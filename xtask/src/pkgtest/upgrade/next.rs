@@ -8,6 +8,7 @@ use anyhow::{bail, ensure, Context, Result};
 use xshell::{cmd, Shell};
 
 use super::{version, Deb};
+use crate::base::files;
 use crate::paths;
 use crate::stage::{self, Package};
 use crate::workspace::Workspace;
@@ -18,7 +19,7 @@ use crate::workspace::Workspace;
 pub(super) fn build_next(sh: &Shell) -> Result<Vec<Deb>> {
     let ws = Workspace::load(sh)?;
     let dir = paths::build_dir().join("upgrade/next");
-    stage::fresh_dir(&dir)?;
+    files::fresh_dir(&dir)?;
     let root = paths::root();
     let listed = {
         let _cwd = sh.push_dir(&root);
@@ -36,10 +37,10 @@ pub(super) fn build_next(sh: &Shell) -> Result<Vec<Deb>> {
         let to = dir.join(rel);
         if meta.file_type().is_symlink() {
             let target = fs::read_link(&from)?;
-            stage::put_symlink(&target.to_string_lossy(), &to)?;
+            files::put_symlink(&target.to_string_lossy(), &to)?;
         } else if meta.is_file() {
             use std::os::unix::fs::PermissionsExt;
-            stage::put_file(&from, &to, meta.permissions().mode() & 0o7777)?;
+            files::put_file(&from, &to, meta.permissions().mode() & 0o7777)?;
             keep_mtime(&to, meta.modified()?)?;
         }
     }
@@ -241,8 +242,8 @@ pub(super) fn fake_next_major(sh: &Shell, lib_version: &str) -> Result<Deb> {
     let arch = stage::host_arch()?.debian;
     let dir = paths::build_dir().join("upgrade/next-major");
     let tree = dir.join("tree");
-    stage::fresh_dir(&tree)?;
-    stage::put_text(
+    files::fresh_dir(&tree)?;
+    files::put_text(
         &tree.join("DEBIAN/control"),
         &format!(
             "Package: libgdrapi\nVersion: {version}\nArchitecture: {arch}\nMulti-Arch: same\n\
@@ -275,7 +276,7 @@ mod tests {
     #[test]
     fn edits_one_line() {
         let dir = paths::build_dir().join("test-upgrade-edit");
-        stage::fresh_dir(&dir).unwrap();
+        files::fresh_dir(&dir).unwrap();
         let file = dir.join("Cargo.toml");
         fs::write(
             &file,

@@ -6,8 +6,8 @@ use anyhow::{bail, Context, Result};
 use xshell::{cmd, Shell};
 
 use super::Deb;
+use crate::base::files;
 use crate::pkgtest::root::Root;
-use crate::stage;
 use crate::{aptrepo, vmtest};
 
 /// A signed repository inside a root, published again as releases come out; apt in the root
@@ -39,14 +39,14 @@ impl Repo<'_> {
             .clone()
             .context("the signed repository has no keyring")?;
         let into = self.root.new_file(REPO);
-        stage::fresh_dir(&into)?;
+        files::fresh_dir(&into)?;
         // Made in the upper directory, /tmp would have its mode: apt's unprivileged user
         // writes its temporary files there while checking signatures.
-        stage::set_mode(&self.root.new_file("/tmp"), 0o1777)?;
+        files::set_mode(&self.root.new_file("/tmp"), 0o1777)?;
         let from = repo.dir.join(".");
         cmd!(sh, "cp -a {from} {into}").quiet().run()?;
-        stage::put_file(&keyring, &self.root.new_file(KEYRING), 0o644)?;
-        stage::put_text(
+        files::put_file(&keyring, &self.root.new_file(KEYRING), 0o644)?;
+        files::put_text(
             &self.root.new_file(LIST),
             &format!(
                 "{}\n",

@@ -1,0 +1,71 @@
+//! The machine xtask runs on: its Debian packages and its CPU.
+
+use anyhow::{bail, Context, Result};
+use xshell::{cmd, Shell};
+
+/// Installs those of `pkgs` that are not installed yet. Checking is local and fast; apt's package
+/// lists are refreshed only when something must be installed, since that is the slow,
+/// network-bound step.
+pub fn ensure_host_packages(pkgs: &[&str]) -> Result<()> {
+    let sh = Shell::new()?;
+    // One xtask at a time (the test lanes run two): dpkg's lock would fail the second apt-get.
+    let _lock = super::files::lock_file(
+        &crate::paths::build_dir().join("host-packages.lock"),
+        "installing host packages",
+    )?;
+    let mut missing = Vec::new();
+    for &pkg in pkgs {
+        // Exit status 1 means "unknown package": not installed either.
+        let out = cmd!(sh, "dpkg-query -W -f '${Status}' {pkg}")
+            .quiet()
+            .ignore_status()
+            .ignore_stderr()
+            .read()
+            .context("running dpkg-query; is this a Debian host?")?;
+        if out.trim() != "install ok installed" {
+            missing.push(pkg);
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!("xtask: installing {} with apt-get", missing.join(" "));
+    apt(&sh, &["update"])?;
+    let mut args = vec!["install", "-y", "--no-install-recommends"];
+    args.extend(&missing);
+    apt(&sh, &args)
+}
+
+/// Runs apt-get non-interactively, showing its output only when it fails.
+pub fn apt(sh: &Shell, args: &[&str]) -> Result<()> {
+    let out = cmd!(sh, "apt-get {args...}")
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .quiet()
+        .ignore_status()
+        .output()
+        .context("running apt-get")?;
+    if !out.status.success() {
+        bail!(
+            "`apt-get {}` failed ({}); installing packages needs root\n{}{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// The CPU model, for the report and the plots' titles.
+pub fn cpu_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .and_then(|r| r.split_once(':'))
+                    .map(|(_, v)| v.trim().to_string())
+            })
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}
