@@ -67,7 +67,7 @@ enum Command {
     /// package, reproducibility, install and upgrade).
     Test(test::Args),
     /// Boot the test kernel in QEMU and get a root shell in it.
-    Vm(vm::Args),
+    Vm(vmtest::shell::Args),
     /// Run copybw, copylat and apiperf in the test VM; JSON and SVG plots in build/bench/.
     Bench(bench::Args),
     /// Count the instructions of each public copy call and check its device accesses, for every
@@ -127,7 +127,7 @@ fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Codegen { check } => codegen::run(check),
         Command::Test(args) => test::run(args),
-        Command::Vm(args) => vm::cli(args),
+        Command::Vm(args) => vmtest::shell::cli(args),
         Command::Bench(args) => bench::run(args),
         Command::CopyCounts(args) => copycount::run(args),
         Command::KmodMatrix(args) => matrix::cli(args),

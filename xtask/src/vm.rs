@@ -1,4 +1,5 @@
-//! `cargo xtask vm`: boot a Debian kernel in QEMU (TCG) with our files in an initramfs.
+//! Boot a Debian kernel in QEMU (TCG) with our files in an initramfs: the harness of the VM tests
+//! and of `cargo xtask vm` (vmtest/shell.rs).
 //!
 //! The host cannot load kernel modules; a guest can. [`run`] is the harness `cargo xtask test`
 //! uses: it packs the files and a script into an initramfs whose /init mounts the usual file
@@ -23,7 +24,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 
 use crate::base::host;
-use crate::kernel::{self, Kernel};
+use crate::kernel::Kernel;
 use crate::paths;
 
 /// Host packages the harness needs: QEMU and the static busybox that becomes the guest userland.
@@ -393,45 +394,8 @@ impl Drop for WorkDir {
     }
 }
 
-#[derive(clap::Args)]
-pub struct Args {
-    /// Appended to the guest kernel's command line.
-    #[arg(long, value_name = "ARGS", default_value = "")]
-    kernel_cmdline: String,
-    /// Instead of a shell, run this shell command line in the guest (modules loaded, tools in
-    /// /usr/bin, LD_LIBRARY_PATH set), print the console and exit with its status.
-    #[arg(long, value_name = "CMD")]
-    run: Option<String>,
-    /// Boot once non-interactively and check the harness itself (exit status, ivshmem, PAT).
-    #[arg(long, hide = true)]
-    selftest: bool,
-}
-
-/// `cargo xtask vm`: a shell in the guest, on this terminal.
-pub fn cli(args: Args) -> Result<()> {
-    let kernel = kernel::bookworm_kernel()?;
-    if args.selftest {
-        return selftest(kernel, &args.kernel_cmdline);
-    }
-    eprintln!(
-        "xtask: booting {} under TCG with mtgpu_emu and mtgdrdrv loaded; the shell comes after \
-         ~5 s. Leave with `poweroff -f` or Ctrl-A x.",
-        kernel.release
-    );
-    let sh = xshell::Shell::new()?;
-    sh.change_dir(paths::root());
-    if let Some(command) = &args.run {
-        return crate::vmtest::run_command(&sh, &kernel, command, args.kernel_cmdline);
-    }
-    let spec = crate::vmtest::interactive(&sh, &kernel, args.kernel_cmdline)?;
-    run(
-        &spec,
-        &paths::build_dir().join("vm").join("interactive.log"),
-    )?;
-    Ok(())
-}
-
-fn selftest(kernel: Kernel, extra_cmdline: &str) -> Result<()> {
+/// `cargo xtask vm --selftest`: one non-interactive boot that checks the harness itself.
+pub fn selftest(kernel: Kernel, extra_cmdline: &str) -> Result<()> {
     let release = kernel.release.clone();
     let spec = VmSpec {
         script: "echo hello\n\

@@ -4,6 +4,7 @@
 //! and the leak counters.
 
 mod from_source;
+pub mod shell;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -450,15 +451,6 @@ fn module_vm(sh: &Shell, kernel: &Kernel) -> Result<vm::VmSpec> {
     Ok(spec)
 }
 
-/// `cargo xtask vm`: the test VM with both modules loaded, then a shell.
-pub fn interactive(sh: &Shell, kernel: &Kernel, extra_cmdline: String) -> Result<vm::VmSpec> {
-    let mut spec = module_vm(sh, kernel)?;
-    spec.script = LOAD_ONLY.into();
-    spec.interactive = true;
-    spec.extra_cmdline = extra_cmdline;
-    Ok(spec)
-}
-
 const LOAD_ONLY: &str = r#"
 insmod /lib/mtgdrcopy/mtgpu_emu.ko && insmod /lib/mtgdrcopy/mtgdrdrv.ko || exit 1
 for i in $(seq 50); do [ -c /dev/mtgdrdrv ] && [ -c /dev/mtgpu_emu ] && break; sleep 0.1; done
@@ -474,26 +466,6 @@ pub fn tools_vm(sh: &Shell, kernel: &Kernel, script: &str) -> Result<vm::VmSpec>
     let mut spec = module_vm(sh, kernel)?;
     spec.script = format!("{LOAD_ONLY}\n{script}\n");
     Ok(spec)
-}
-
-/// `cargo xtask vm --run CMD`: boots the test VM with both modules loaded and runs `cmd` there
-/// (a shell command line), printing the console; fails unless it exits 0 with a clean kernel log.
-pub fn run_command(sh: &Shell, kernel: &Kernel, cmd: &str, extra_cmdline: String) -> Result<()> {
-    let mut spec = module_vm(sh, kernel)?;
-    spec.script = format!("{LOAD_ONLY}\n{cmd}\n");
-    spec.extra_cmdline = extra_cmdline;
-    let log = paths::build_dir().join("vm").join("run.log");
-    let outcome = vm::run(&spec, &log)?;
-    print!("{}", outcome.console.replace('\r', ""));
-    ensure!(
-        outcome.kernel_problems.is_empty(),
-        "kernel reported problems:\n{}",
-        outcome.kernel_problems.join("\n")
-    );
-    match outcome.exit_code {
-        Some(0) => Ok(()),
-        code => bail!("the command exited with {code:?}; log: {}", log.display()),
-    }
 }
 
 /// One boot of `kernel` running the module tests, judged by exit code, kernel log and counters.
