@@ -1,5 +1,6 @@
 //! The libFuzzer step of `cargo xtask test`: libgdrapi's cargo-fuzz targets (libgdrapi/fuzz),
-//! each run for a bounded time. They need the nightly toolchain (cargo-fuzz builds with
+//! each run for a fixed number of inputs, so that a loaded machine takes longer rather than
+//! testing less. They need the nightly toolchain (cargo-fuzz builds with
 //! `-Zsanitizer=address` and sanitizer coverage); without it the step says so and passes, as the
 //! deterministic fuzzers in the VM (mtgdrdrv_fuzz) do not need it. cargo-fuzz itself comes from
 //! crates.io (`cargo install cargo-fuzz`) the first time.
@@ -11,10 +12,9 @@ use xshell::{cmd, Shell};
 
 use crate::paths;
 
-/// Seconds each target runs in `cargo xtask test`; MTGDRCOPY_LIBFUZZER_SECONDS overrides.
-const DEFAULT_SECONDS: u64 = 30;
-
-const TARGETS: &[&str] = &["copy_variants", "capi_fake_device"];
+/// The targets and the inputs each runs in `cargo xtask test` (MTGDRCOPY_LIBFUZZER_RUNS
+/// overrides): about what 30 s gave each on a loaded 2-core machine, when the budget was time.
+const TARGETS: &[(&str, u64)] = &[("copy_variants", 80_000), ("capi_fake_device", 400_000)];
 
 pub fn libfuzzer_step(sh: &Shell) -> Result<()> {
     let toolchains = cmd!(sh, "rustup toolchain list")
@@ -39,25 +39,23 @@ pub fn libfuzzer_step(sh: &Shell) -> Result<()> {
             .run()
             .context("cargo install cargo-fuzz")?;
     }
-    let seconds = std::env::var("MTGDRCOPY_LIBFUZZER_SECONDS")
+    let runs_override: Option<u64> = std::env::var("MTGDRCOPY_LIBFUZZER_RUNS")
         .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(DEFAULT_SECONDS)
-        .to_string();
+        .and_then(|s| s.parse().ok());
     let dir = paths::root().join("libgdrapi");
     let _cd = sh.push_dir(&dir);
     // The corpus and findings stay under build/, out of the source tree.
     let out = paths::build_dir().join("libfuzzer");
-    for target in TARGETS {
+    for &(target, runs) in TARGETS {
         let corpus = out.join("corpus").join(target);
         let artifacts = out.join("artifacts").join(target);
         std::fs::create_dir_all(&corpus)?;
         std::fs::create_dir_all(&artifacts)?;
         let artifact_prefix = format!("-artifact_prefix={}/", artifacts.display());
-        let max_time = format!("-max_total_time={seconds}");
+        let runs = format!("-runs={}", runs_override.unwrap_or(runs));
         let result = cmd!(
             sh,
-            "cargo +nightly fuzz run --release {target} {corpus} -- {max_time} -print_final_stats=1 {artifact_prefix}"
+            "cargo +nightly fuzz run --release {target} {corpus} -- {runs} -print_final_stats=1 {artifact_prefix}"
         )
         .run();
         if result.is_err() {
