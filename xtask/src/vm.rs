@@ -94,6 +94,20 @@ impl VmOutcome {
         );
         Ok(())
     }
+
+    /// Fails when the kernel reported problems or the guest did not exit 0, saying that `what`
+    /// failed, with the console's last lines and `log`.
+    pub fn ensure_passed(&self, what: &str, log: &Path) -> Result<()> {
+        self.ensure_no_kernel_problems(log)?;
+        ensure!(
+            self.exit_code == Some(0),
+            "{what} failed (exit {:?}); last lines:\n{}\nfull log: {}",
+            self.exit_code,
+            tail(&self.console, 60),
+            log.display()
+        );
+        Ok(())
+    }
 }
 
 /// Boots `spec` and waits for the guest to power off. The console goes to `log_path` (and to the
@@ -356,7 +370,7 @@ fn wait_until(child: &mut Child, deadline: Instant) -> Result<ExitStatus> {
 }
 
 /// The last `n` lines of the console, without the serial port's carriage returns.
-fn tail(console: &str, n: usize) -> String {
+pub fn tail(console: &str, n: usize) -> String {
     let lines: Vec<&str> = console.lines().collect();
     let start = lines.len().saturating_sub(n);
     lines[start..]

@@ -5,7 +5,7 @@ use std::fs;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use xshell::{cmd, Shell};
 
 use super::guest_script::guest_script;
@@ -126,20 +126,10 @@ pub(super) fn run_vm(sh: &Shell, kernel: &Kernel, host: &Root, container: &Root)
     {
         eprintln!("      /dev/mtgdrdrv: mode {node} (udev, debian/60-mtgdrdrv.rules)");
     }
-    for line in console.lines() {
-        if let Some(seen) = line.strip_prefix("MTGDRCOPY-KMOD ") {
-            eprintln!("      kmod: {seen}");
-        }
+    for seen in vmtest::marked(&console, "MTGDRCOPY-KMOD ") {
+        eprintln!("      kmod: {seen}");
     }
-    outcome.ensure_no_kernel_problems(&log)?;
-    if outcome.exit_code != Some(0) {
-        bail!(
-            "the VM part failed (exit {:?}):\n{}\nfull log: {}",
-            outcome.exit_code,
-            vmtest::tail(&console, 50),
-            log.display()
-        );
-    }
+    outcome.ensure_passed("the VM part", &log)?;
     // Last: a guest that stopped early printed fewer of the messages, which says less than why.
     check_readme_quotes(&console)
 }

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use xshell::{cmd, Shell};
 
 use super::next::major_minor;
@@ -113,19 +113,9 @@ pub(super) fn run_vm(sh: &Shell, kernel: &Kernel, guests: &[Guest]) -> Result<()
     let outcome = vm::run(&spec, &log)?;
     let console = outcome.console.replace('\r', "");
     vmtest::print_guest_steps(&console);
-    for line in console.lines() {
-        if let Some(rest) = line.strip_prefix("MTGDRCOPY-UPGRADE ") {
-            eprintln!("      {rest}");
-        }
+    for rest in vmtest::marked(&console, "MTGDRCOPY-UPGRADE ") {
+        eprintln!("      {rest}");
     }
-    outcome.ensure_no_kernel_problems(&log)?;
-    if outcome.exit_code != Some(0) {
-        bail!(
-            "the VM part of the upgrade test failed (exit {:?}):\n{}\nfull log: {}",
-            outcome.exit_code,
-            vmtest::tail(&console, 50),
-            log.display()
-        );
-    }
+    outcome.ensure_passed("the VM part of the upgrade test", &log)?;
     Ok(())
 }

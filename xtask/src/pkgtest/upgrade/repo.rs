@@ -6,9 +6,9 @@ use anyhow::{bail, Context, Result};
 use xshell::{cmd, Shell};
 
 use super::Deb;
+use crate::aptrepo;
 use crate::base::files;
 use crate::pkgtest::root::Root;
-use crate::{aptrepo, vmtest};
 
 /// A signed repository inside a root, published again as releases come out; apt in the root
 /// sees only it.
@@ -64,7 +64,7 @@ impl Repo<'_> {
             bail!(
                 "`apt-get {}` failed:\n{}{}",
                 args.join(" "),
-                vmtest::tail(&out, 30),
+                crate::vm::tail(&out, 30),
                 err
             );
         }
