@@ -488,14 +488,20 @@ fn symbols_file(sh: &Shell, _ws: &Workspace, so: &Path) -> Result<String> {
 pub fn listed_symbols() -> Result<(PathBuf, String, Vec<String>)> {
     let path = paths::root().join("debian/libgdrapi.symbols");
     let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let mut listed: Vec<String> = text
+    let listed = symbols_listed(&text);
+    Ok((path, text, listed))
+}
+
+/// The symbols a Debian symbols file lists (` name@Base version` lines), sorted.
+fn symbols_listed(symbols_file: &str) -> Vec<String> {
+    let mut names: Vec<String> = symbols_file
         .lines()
         .filter(|l| l.starts_with(' '))
         .filter_map(|l| l.split_whitespace().next()?.strip_suffix("@Base"))
-        .map(String::from)
+        .map(str::to_owned)
         .collect();
-    listed.sort_unstable();
-    Ok((path, text, listed))
+    names.sort_unstable();
+    names
 }
 
 /// The symbols a shared library defines and exports (`nm -D --defined-only`), sorted.
@@ -539,4 +545,18 @@ pub fn template(path: &Path, values: &[(&str, &str)]) -> Result<String> {
         }
     }
     Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn symbols_from_a_symbols_file() {
+        let file = "libgdrapi.so.1 libgdrapi #MINVER#\n\
+                    * Build-Depends-Package: libgdrapi\n \
+                    gdr_open@Base 1.0.0\n \
+                    gdr_close@Base 1.0.0\n";
+        assert_eq!(symbols_listed(file), ["gdr_close", "gdr_open"]);
+    }
 }

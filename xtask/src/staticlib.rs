@@ -277,10 +277,7 @@ fn no_bitcode(tools: &Tools, archive: &Path) -> Result<()> {
 }
 
 fn exports_only_the_api(tools: &Tools, archive: &Path) -> Result<()> {
-    let path = paths::root().join("debian/libgdrapi.symbols");
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let api = api_symbols(&text);
+    let (path, _, api) = crate::stage::listed_symbols()?;
     ensure!(!api.is_empty(), "{} lists no symbol", path.display());
     let exported = defined_globals(&readelf(tools.sh, tools.target, "-s", archive)?);
     compare_exports(&exported, &api)
@@ -450,18 +447,6 @@ fn defined_globals(listing: &str) -> Vec<String> {
     names
 }
 
-/// The symbols a Debian symbols file lists (` name@Base version` lines), sorted.
-fn api_symbols(symbols_file: &str) -> Vec<String> {
-    let mut names: Vec<String> = symbols_file
-        .lines()
-        .filter(|l| l.starts_with(' '))
-        .filter_map(|l| l.split_whitespace().next()?.strip_suffix("@Base"))
-        .map(str::to_owned)
-        .collect();
-    names.sort_unstable();
-    names
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -539,19 +524,8 @@ Symbol table '.symtab' contains 2 entries:
     }
 
     #[test]
-    fn api_from_the_symbols_file() {
-        let file = "libgdrapi.so.1 libgdrapi #MINVER#\n\
-                    * Build-Depends-Package: libgdrapi\n \
-                    gdr_open@Base 1.0.0\n \
-                    gdr_close@Base 1.0.0\n";
-        assert_eq!(api_symbols(file), ["gdr_close", "gdr_open"]);
-    }
-
-    #[test]
     fn the_package_symbols_file_is_the_api() {
-        let path = paths::root().join("debian/libgdrapi.symbols");
-        let text = std::fs::read_to_string(path).expect("debian/libgdrapi.symbols");
-        let api = api_symbols(&text);
+        let (_, _, api) = crate::stage::listed_symbols().expect("debian/libgdrapi.symbols");
         assert!(api.len() > 10 && api.iter().all(|s| s.starts_with("gdr_")));
     }
 
