@@ -64,12 +64,12 @@ use crate::workspace::Workspace;
 use install::install_test;
 use root::Root;
 
-/// The packaging steps, and (with `vm`: they boot QEMU) the install and upgrade tests.
-pub fn test_steps(vm: bool) -> (Vec<Step<'static>>, Vec<Step<'static>>) {
+/// The packaging steps; the install and upgrade tests only with `vm` (they boot QEMU).
+pub fn test_steps(vm: bool) -> Vec<Step<'static>> {
     let debs: Rc<RefCell<Option<Vec<Built>>>> = Rc::default();
     let upgrade = upgrade::test_step(debs.clone());
     let (d1, d2, d3, d4, d5) = (debs.clone(), debs.clone(), debs.clone(), debs.clone(), debs);
-    let steps: Vec<Step<'static>> = vec![
+    let mut steps: Vec<Step<'static>> = vec![
         (
             "packages: build every .deb (deb-all, deb-bundle); xz, -dbgsym, libgdrapi.a",
             Box::new(move |sh: &Shell| contents_check(sh, &built(sh, &d1)?)),
@@ -91,17 +91,14 @@ pub fn test_steps(vm: bool) -> (Vec<Step<'static>>, Vec<Step<'static>>) {
             Box::new(move |sh: &Shell| crate::repro::test_step(sh, &built(sh, &d5)?)),
         ),
     ];
-    if !vm {
-        return (steps, Vec::new());
-    }
-    let installs: Vec<Step<'static>> = vec![
-        (
+    if vm {
+        steps.push((
             "packages: install on bookworm (DKMS, VM, container), purge",
             Box::new(move |sh: &Shell| install_test(sh, &built(sh, &d3)?)),
-        ),
-        upgrade,
-    ];
-    (steps, installs)
+        ));
+        steps.push(upgrade);
+    }
+    steps
 }
 
 /// `cargo xtask test-packages`: only these steps, for working on packaging.

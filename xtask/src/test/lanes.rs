@@ -1,9 +1,11 @@
-//! `cargo xtask test` in two lanes at once. The guest lane holds the steps whose time goes to
-//! QEMU guests and the kernel matrix's chroots: TCG keeps one core busy while the guest's own
-//! waits (boots, timers, module loads) leave the other one idle, and the chroots wait on dpkg and
-//! the network. The host lane (lints, builds, unit tests, fuzzers, packages) runs in this process
-//! meanwhile; the guest lane runs in a child xtask (`--lane guests`) whose output goes to a log,
-//! printed after the host lane, so the report reads lane by lane.
+//! `cargo xtask test` in two lanes at once. The guest lane holds the 6.1 VM tests, the VM
+//! benchmarks and the kernel matrix: TCG keeps one core busy while the guest's own waits (boots,
+//! timers, module loads) leave the other one idle, and the matrix's chroots wait on dpkg and the
+//! network. The host lane (lints, builds, unit tests, fuzzers, the packages and their install
+//! and upgrade tests, which use the .debs this lane built) runs in this process meanwhile; the
+//! guest lane runs in a child xtask (`--lane guests`) whose output goes to a log, printed after
+//! the host lane, so the report reads lane by lane. On the 2-core machine the lanes take about
+//! the same time.
 //!
 //! The lanes share what other xtask processes would: cargo's build directory lock, the package
 //! staging lock (`stage::lock`), each chroot's lock, and apt's (waited for). Steps of different
