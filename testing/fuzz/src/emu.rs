@@ -4,11 +4,6 @@
 
 pub use mtgpu_emu_abi::Emu;
 
-/// The device node, for messages.
-pub fn path() -> String {
-    mtgpu_emu_abi::device_path()
-}
-
 /// Bytes of a plain-old-data ABI struct (all padding is explicit, so every byte is initialised).
 pub fn bytes_of<T: Copy>(t: &T) -> Vec<u8> {
     // SAFETY: `T` is one of the `#[repr(C)]` ABI structs whose padding is spelled out as fields,

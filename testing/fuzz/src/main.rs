@@ -168,9 +168,9 @@ struct Sentinels {
 
 impl Sentinels {
     fn new(rng: &mut Rng) -> Result<Sentinels> {
-        let emu = Emu::open()
-            .raw()
-            .map_err(|e| anyhow::anyhow!("open {}: {}", emu::path(), sys::ename(e)))?;
+        let emu = Emu::open().raw().map_err(|e| {
+            anyhow::anyhow!("open {}: {}", mtgpu_emu_abi::device_path(), sys::ename(e))
+        })?;
         let mut allocs = Vec::new();
         for (size, page, flags) in [
             (4u64 << 20, 65536u32, mtgpu_emu_abi::MTGPU_EMU_ALLOC_SCATTER),
@@ -244,7 +244,7 @@ fn run() -> Result<()> {
     println!("mtgdrdrv_fuzz: seed {seed:#x} (rerun with --seed {seed:#x})");
     for path in [
         "/dev/mtgdrdrv",
-        &emu::path(),
+        &mtgpu_emu_abi::device_path(),
         mtgdrdrv::procfs::COUNTERS_PATH,
     ] {
         if !std::path::Path::new(path).exists() {
@@ -381,7 +381,7 @@ fn run() -> Result<()> {
     }
     let emu = Emu::open()
         .raw()
-        .map_err(|e| anyhow::anyhow!("open {}: {}", emu::path(), sys::ename(e)))?;
+        .map_err(|e| anyhow::anyhow!("open {}: {}", mtgpu_emu_abi::device_path(), sys::ename(e)))?;
     let s = emu
         .stats()
         .raw()

@@ -22,7 +22,7 @@ impl Worker {
                 self.emus.push(Some(e));
                 Ok(())
             }
-            Err(e) => finding!("open {}: {}", crate::emu::path(), ename(e)),
+            Err(e) => finding!("open {}: {}", mtgpu_emu_abi::device_path(), ename(e)),
         }
     }
 
