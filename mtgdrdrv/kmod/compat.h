@@ -78,6 +78,19 @@ static inline void vm_flags_set(struct vm_area_struct *vma, vm_flags_t flags)
 #endif
 
 /*
+ * "mm: remove VM_PAT" (x86, 2025, with the pfnmap tracking rewrite): before
+ * it, one remap_pfn_range() over a whole VMA reserved the range's memtype,
+ * marked the VMA VM_PAT, and at munmap found the reservation again by reading
+ * the VMA's first PTE back. Since then the reservation is kept with the VMA.
+ * A macro, so its presence is the probe; mtgdrdrv_mmap.c says why it matters.
+ */
+#ifdef VM_PAT
+#define MTGDRDRV_WHOLE_VMA_REMAP_TRACKS true
+#else
+#define MTGDRDRV_WHOLE_VMA_REMAP_TRACKS false
+#endif
+
+/*
  * Linux 5.5, "PCI: Add PCI_STD_NUM_BARS for the number of standard BARs". A
  * macro, so its absence is the probe.
  */

@@ -17,13 +17,21 @@
  * if the pages differ (upstream's "errors in gdr_map due to PAT"). A VM_PAT
  * VMA must not be split: the pieces are untracked one by one ("freeing
  * invalid memtype", seen on 6.1) and the reservation leaks. So with PAT on,
- * every VMA is remapped page by page (host page), never VM_PAT unless it is
- * one page; for WC, write-combining is first reserved for the pin's runs
- * with arch_io_reserve_memtype_wc(), so the pages do come out WC, and that
- * reservation lives until the pin's last VMA closes. DEVICE pages take the
- * tracked mode, UC- for an untracked BAR. Either way, an existing
- * reservation of the BAR with another mode (by mtgpu) wins, as x86 forbids
- * aliases. Without PAT, each physically contiguous run is one call.
+ * every VMA is remapped page by page (host page); for WC, write-combining is
+ * first reserved for the pin's runs with arch_io_reserve_memtype_wc(), so the
+ * pages do come out WC, and that reservation lives until the pin's last VMA
+ * closes. DEVICE pages take the tracked mode, UC- for an untracked BAR.
+ * Either way, an existing reservation of the BAR with another mode (by
+ * mtgpu) wins, as x86 forbids aliases. Without PAT, each physically
+ * contiguous run is one call.
+ *
+ * No VMA may become VM_PAT, with PAT on or off (compat.h): at munmap such a
+ * VMA finds its reservation by reading its first PTE back, and an unpin while
+ * mapped has zapped the PTEs (untrack_pfn() WARNs, the reservation leaks).
+ * So where the flag exists no remap call covers a whole VMA: the first page
+ * of such a run is remapped alone, and a one-page VMA takes its page with
+ * vmf_insert_pfn_prot(), which looks up the tracked mode and never marks the
+ * VMA.
  *
  * VMA accounting: a munmap, mprotect or mremap of part of the mapping
  * splits the VMA; the mm core calls vm_ops->open for each new VMA and
@@ -159,6 +167,36 @@ struct mtgdrdrv_remap {
 	bool per_page;
 };
 
+/* One remap call over all of @vma would make it VM_PAT (see the top). */
+static bool mtgdrdrv_remap_tracks(const struct vm_area_struct *vma, u64 len)
+{
+	return MTGDRDRV_WHOLE_VMA_REMAP_TRACKS &&
+	       len == vma->vm_end - vma->vm_start;
+}
+
+/* How much of the @left bytes at the run's current place one call maps. */
+static u64 mtgdrdrv_remap_step(const struct mtgdrdrv_remap *r, u64 left)
+{
+	if (r->per_page || mtgdrdrv_remap_tracks(r->vma, left))
+		return PAGE_SIZE;
+	return left;
+}
+
+/* Maps @len bytes from @pa at @addr; never marks the VMA VM_PAT. */
+static int mtgdrdrv_remap_pages(struct vm_area_struct *vma,
+				unsigned long addr, phys_addr_t pa, u64 len)
+{
+	vm_fault_t fault;
+
+	if (!mtgdrdrv_remap_tracks(vma, len))
+		return io_remap_pfn_range(vma, addr, PHYS_PFN(pa), len,
+					  vma->vm_page_prot);
+	/* A one-page VMA: io_remap_pfn_range() would track it. */
+	fault = vmf_insert_pfn_prot(vma, addr, PHYS_PFN(pa),
+				    pgprot_decrypted(vma->vm_page_prot));
+	return fault == VM_FAULT_NOPAGE ? 0 : -ENOMEM;
+}
+
 /* Maps one run at its place in the VMA; stops for a fatal signal. */
 static int mtgdrdrv_remap_run(void *ctx, u64 off, phys_addr_t pa, u64 len)
 {
@@ -167,12 +205,11 @@ static int mtgdrdrv_remap_run(void *ctx, u64 off, phys_addr_t pa, u64 len)
 	int ret;
 
 	for (done = 0; done < len; done += step) {
-		step = r->per_page ? PAGE_SIZE : len;
-		ret = io_remap_pfn_range(r->vma, r->vma->vm_start + off + done,
-					 PHYS_PFN(pa + done), step,
-					 r->vma->vm_page_prot);
+		step = mtgdrdrv_remap_step(r, len - done);
+		ret = mtgdrdrv_remap_pages(r->vma, r->vma->vm_start + off + done,
+					   pa + done, step);
 		if (ret) {
-			pr_err_ratelimited("io_remap_pfn_range of 0x%llx bytes failed: %d\n",
+			pr_err_ratelimited("remap of 0x%llx bytes failed: %d\n",
 					   step, ret);
 			return -EAGAIN;
 		}

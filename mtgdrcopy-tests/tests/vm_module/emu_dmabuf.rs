@@ -1,7 +1,6 @@
 //! The CPU mappings of the emulator's dma-bufs (EXPORT_DMABUF, testing/mtgpu-emu/emu_dmabuf.c):
 //! their x86 PAT memory type, VMA splits, revocation when the device goes away, and sparse
-//! allocations. Root in the test VM: the kernel's memtype reservations are read from
-//! debugfs (x86/pat_memtype_list).
+//! allocations. Root in the test VM: the kernel's memtype reservations are read through `pat`.
 //!
 //! A PTE of these mappings takes the memtype that the kernel's list records for its page, so
 //! "every page is reserved write-combining" is what makes the mapping WC. The physical pages of
@@ -9,9 +8,8 @@
 //! pin of the allocation reserves exactly its pages (see `allocation_pages`). /proc/self/pagemap
 //! cannot tell them: it shows VM_PFNMAP mappings as holes.
 
-use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use mtgpu_emu_abi::device_path;
@@ -21,6 +19,7 @@ use mtgpu_emu_abi::{
 };
 use nix::sys::signal::Signal;
 
+use super::pat::{self, added, bar_memtypes, ivshmem, memtypes_in, pages_of, Memtype, PAGE};
 use super::*;
 
 nix::ioctl_readwrite_bad!(
@@ -29,109 +28,8 @@ nix::ioctl_readwrite_bad!(
     mtgpu_emu_export_dmabuf
 );
 
-/// The host page (x86-64).
-const PAGE: usize = 4096;
-
 /// Every odd page a hole.
 const ALLOC_SPARSE: u32 = mtgpu_emu_abi::MTGPU_EMU_ALLOC_SPARSE;
-
-const PAT_LIST: &str = "/sys/kernel/debug/x86/pat_memtype_list";
-
-/// One entry of the kernel's memtype list: `[start, end)` reserved as `kind`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Memtype {
-    start: u64,
-    end: u64,
-    kind: String,
-}
-
-/// The kernel's PAT memtype reservations (debugfs mounted if it is not yet).
-fn pat_list() -> Vec<Memtype> {
-    if !Path::new(PAT_LIST).exists() {
-        // SAFETY: NUL-terminated literals; mounting debugfs where the kernel expects it.
-        unsafe {
-            libc::mount(
-                c"debugfs".as_ptr(),
-                c"/sys/kernel/debug".as_ptr(),
-                c"debugfs".as_ptr(),
-                0,
-                ptr::null(),
-            )
-        };
-    }
-    let text = std::fs::read_to_string(PAT_LIST).expect("PAT memtype list (x86 PAT on)");
-    // "PAT: [mem 0x00000000e0000000-0x00000000e0001000] write-combining"
-    text.lines()
-        .filter_map(|l| {
-            let rest = l.strip_prefix("PAT: [mem 0x")?;
-            let (range, kind) = rest.split_once("] ")?;
-            let (start, end) = range.split_once("-0x")?;
-            Some(Memtype {
-                start: u64::from_str_radix(start, 16).ok()?,
-                end: u64::from_str_radix(end, 16).ok()?,
-                kind: kind.trim().to_owned(),
-            })
-        })
-        .collect()
-}
-
-/// The emulator's BAR (BAR 2 of the ivshmem device) as `[start, end)`, and its sysfs directory.
-fn ivshmem() -> (PathBuf, u64, u64) {
-    for entry in std::fs::read_dir("/sys/bus/pci/devices").expect("pci devices") {
-        let dir = entry.expect("pci device").path();
-        let id = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
-        if id("vendor").trim() != "0x1af4" || id("device").trim() != "0x1110" {
-            continue;
-        }
-        let resource = id("resource");
-        let bar2: Vec<u64> = resource
-            .lines()
-            .nth(2)
-            .expect("BAR 2")
-            .split_whitespace()
-            .map(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).expect("hex"))
-            .collect();
-        return (dir, bar2[0], bar2[1] + 1);
-    }
-    panic!("no ivshmem device (1af4:1110)");
-}
-
-/// The memtype entries that overlap `[lo, hi)`.
-fn memtypes_in(lo: u64, hi: u64) -> Vec<Memtype> {
-    pat_list()
-        .into_iter()
-        .filter(|m| m.start < hi && m.end > lo)
-        .collect()
-}
-
-/// The memtype entries that overlap the BAR.
-fn bar_memtypes() -> Vec<Memtype> {
-    let (_, lo, hi) = ivshmem();
-    memtypes_in(lo, hi)
-}
-
-/// The host pages that `entries` cover, by physical address.
-fn pages_of(entries: &[Memtype]) -> BTreeSet<u64> {
-    entries
-        .iter()
-        .flat_map(|m| (m.start..m.end).step_by(PAGE))
-        .collect()
-}
-
-/// The entries of `now` that `before` did not have (each entry counted as often as it occurs).
-fn added(before: &[Memtype], now: &[Memtype]) -> Vec<Memtype> {
-    let mut old = before.to_vec();
-    now.iter()
-        .filter(|m| match old.iter().position(|o| o == *m) {
-            Some(i) => {
-                old.swap_remove(i);
-                false
-            }
-            None => true,
-        })
-        .cloned()
-        .collect()
-}
 
 /// The physical host pages of `[va, va + size)` of an allocation (64 KiB aligned), in ascending
 /// order, as mtgdrdrv sees them: a WC mapping of a pin reserves WC for the pin's physical runs,
@@ -158,7 +56,7 @@ fn allocation_pages(gdr: &Gdr, va: u64, size: u64) -> Vec<u64> {
 /// its PTE (which takes the reserved type) is WC, and that nothing reserves it otherwise.
 fn assert_write_combining<'a>(phys: impl IntoIterator<Item = &'a u64>, what: &str) {
     let (_, lo, hi) = ivshmem();
-    let list = pat_list();
+    let list = pat::pat_list();
     for &pa in phys {
         assert!(
             (lo..hi).contains(&pa),

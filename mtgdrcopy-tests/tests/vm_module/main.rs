@@ -19,6 +19,7 @@ use nix::unistd::{fork, ForkResult};
 mod basics;
 mod concurrency;
 mod emu_dmabuf;
+mod pat;
 mod provider;
 
 // -------------------------------------------------------------------------------------------
