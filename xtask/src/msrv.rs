@@ -1,10 +1,11 @@
 //! The minimum supported Rust versions (`rust-version`), kept true without a toolchain of those
 //! versions (rustup here cannot fetch one). There are two:
 //! - the product's: the workspace's `rust-version` (1.85, Debian trixie's rustc, which the
-//!   source package builds with), taken by every member but xtask: the packaged crates
-//!   (mtgdrdrv, libgdrapi, mtgdrcopy-tests, mtgdrcopy-meta) and the test-only ones built next
-//!   to them (testing/fuzz, testing/musa-emu, testing/emu-abi);
-//! - xtask's own (it uses `File::lock`, 1.89): a developer tool, built with the pinned toolchain
+//!   source package builds with), taken by every member but the xtask crates: the packaged
+//!   crates (mtgdrdrv, libgdrapi, mtgdrcopy-tests, mtgdrcopy-meta) and the test-only ones built
+//!   next to them (testing/fuzz, testing/musa-emu, testing/emu-abi);
+//! - xtask's own (it uses `File::lock`, 1.89), declared by each xtask crate (xtask and the
+//!   `xtask-*` layers under it): developer tools, built with the pinned toolchain
 //!   (rust-toolchain.toml), never packaged.
 //!
 //! Each is kept by:
@@ -14,8 +15,8 @@
 //!   (the Debian package build does);
 //! - our dependencies: this check. Every crate the product crates reach through normal and
 //!   build dependencies (plus their own dev-dependencies: the package build runs their tests)
-//!   declares a `rust-version` no newer than the product's, and every crate xtask reaches none
-//!   newer than xtask's (cargo would refuse to build it with that toolchain). All platforms'
+//!   declares a `rust-version` no newer than the product's, and every crate an xtask crate
+//!   reaches none newer than that crate's (cargo would refuse to build it with that toolchain). All platforms'
 //!   dependencies count, as `cargo metadata` lists them.
 //! - the newest end: the arm64 steps build with Debian's rustc (cross.rs), the pinned toolchain
 //!   builds everything else.
@@ -28,8 +29,11 @@ use xshell::{cmd, Shell};
 
 use crate::paths;
 
-/// The workspace member that may declare its own rust-version (checked against its own deps).
-const OWN_MSRV: &str = "xtask";
+/// The workspace members that may declare their own rust-version (each checked against its own
+/// deps): xtask, and the crates of its layers (`xtask-base`, ...).
+fn own_msrv(name: &str) -> bool {
+    name == "xtask" || name.starts_with("xtask-")
+}
 
 /// `major.minor[.patch]` as a comparable triple.
 fn parse(version: &str) -> Option<(u32, u32, u32)> {
@@ -45,16 +49,16 @@ fn parse(version: &str) -> Option<(u32, u32, u32)> {
 
 /// One `rust-version` and the crates held to it.
 #[derive(Debug, PartialEq)]
-struct Checked {
-    /// Whose it is: "product" or xtask.
-    whose: &'static str,
+struct Checked<'a> {
+    /// Whose it is: "product" or an xtask crate's name.
+    whose: &'a str,
     rust_version: String,
     /// How many crates (members included) it was checked against.
     crates: usize,
 }
 
 /// The rule on `cargo metadata` output; what it checked, or every violation in one error.
-fn check_metadata<'a>(meta: &'a Value) -> Result<Vec<Checked>> {
+fn check_metadata<'a>(meta: &'a Value) -> Result<Vec<Checked<'a>>> {
     let packages: HashMap<&'a str, &'a Value> = meta["packages"]
         .as_array()
         .context("cargo metadata has no packages")?
@@ -82,8 +86,7 @@ fn check_metadata<'a>(meta: &'a Value) -> Result<Vec<Checked>> {
     let rust_version =
         |id: &str| -> Option<&'a str> { packages.get(id).and_then(|p| p["rust_version"].as_str()) };
 
-    let (own, product): (Vec<&str>, Vec<&str>) =
-        members.iter().partition(|id| name(id) == OWN_MSRV);
+    let (own, product): (Vec<&str>, Vec<&str>) = members.iter().partition(|id| own_msrv(name(id)));
     let product_versions: Vec<(&str, Option<&str>)> = product
         .iter()
         .map(|id| (name(id), rust_version(id)))
@@ -91,16 +94,17 @@ fn check_metadata<'a>(meta: &'a Value) -> Result<Vec<Checked>> {
     let msrv = match product_versions.first() {
         Some((_, Some(v))) if product_versions.iter().all(|(_, w)| *w == Some(*v)) => *v,
         _ => bail!(
-            "every workspace crate but {OWN_MSRV} must take rust-version from the workspace \
+            "every workspace crate but the xtask ones must take rust-version from the workspace \
              (got {product_versions:?})"
         ),
     };
 
     let mut checked = vec![("product", msrv, reachable(&nodes, &product, true)?)];
     for id in &own {
+        let whose = name(id);
         let v = rust_version(id)
-            .with_context(|| format!("{OWN_MSRV} declares no rust-version of its own"))?;
-        checked.push((OWN_MSRV, v, reachable(&nodes, &[id], false)?));
+            .with_context(|| format!("{whose} declares no rust-version of its own"))?;
+        checked.push((whose, v, reachable(&nodes, &[id], false)?));
     }
 
     let mut problems = Vec::new();
@@ -336,6 +340,27 @@ mod tests {
             "{e}"
         );
         assert!(!e.contains("product crates"), "{e}");
+    }
+
+    #[test]
+    fn every_xtask_crate_is_checked_against_its_own() {
+        // The layers under xtask are developer tools too, each with its own rust-version.
+        let meta = metadata(
+            &[
+                ("libgdrapi", Some("1.85")),
+                ("xtask", Some("1.89")),
+                ("xtask-base", Some("1.89")),
+                ("plotters", Some("1.89")),
+            ],
+            &["libgdrapi", "xtask", "xtask-base"],
+            &[
+                ("xtask", "xtask-base", None),
+                ("xtask-base", "plotters", None),
+            ],
+        );
+        let checked = check_metadata(&meta).unwrap();
+        let whose: Vec<(&str, usize)> = checked.iter().map(|c| (c.whose, c.crates)).collect();
+        assert_eq!(whose, [("product", 1), ("xtask", 3), ("xtask-base", 2)]);
     }
 
     #[test]
