@@ -14,8 +14,8 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 
-use crate::base::generated::Generated;
-use crate::paths;
+use xtask_base::generated::Generated;
+use xtask_base::paths;
 
 mod gdrapi;
 mod manpage;
@@ -51,11 +51,11 @@ pub fn run(check: bool) -> Result<()> {
 
 pub fn generate_all() -> Result<Vec<Generated>> {
     let root = paths::root();
-    let identity = crate::identity::identity()?;
+    let identity = xtask_pack::identity::identity()?;
     let mut all = generated_headers(&root)?;
     all.extend(manual_pages()?);
-    all.extend(crate::identity::cargo_manifests(&root, &identity)?);
-    all.push(crate::licences::generate(&root, &identity)?);
+    all.extend(xtask_pack::identity::cargo_manifests(&root, &identity)?);
+    all.push(xtask_pack::licences::generate(&root, &identity)?);
     Ok(all)
 }
 
@@ -64,7 +64,7 @@ pub fn generate_all() -> Result<Vec<Generated>> {
 /// cross build could not do).
 fn manual_pages() -> Result<Vec<Generated>> {
     let sh = xshell::Shell::new()?;
-    let ws = crate::workspace::Workspace::load(&sh)?;
+    let ws = xtask_base::workspace::Workspace::load(&sh)?;
     let krate = ws.krate("mtgdrcopy-tests")?;
     let pages = manpage::pages("mtgdrcopy-tests", &krate.version)?;
     for bin in &krate.bins {

@@ -10,7 +10,7 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use xshell::{cmd, Shell};
 
-use crate::paths;
+use xtask_base::paths;
 
 /// The targets and the inputs each runs in `cargo xtask test` (MTGDRCOPY_LIBFUZZER_RUNS
 /// overrides): about what 30 s gave each on a loaded 2-core machine, when the budget was time.

@@ -1,45 +1,23 @@
 //! `cargo xtask`: the project's build, codegen, packaging and test entry points.
-//! One module per subcommand; `main` only parses and dispatches.
+//! One module per subcommand; `main` only parses and dispatches. The subcommands are layered
+//! in crates: xtask-base (shared helpers, the build), xtask-pack (packaging) and xtask-bench
+//! (the VM, matrix and package tests, benchmarks); here are those that sit on all of them.
 
-mod aptrepo;
-mod base;
-mod bench;
-mod build;
-mod chroot;
 mod codegen;
-mod copycount;
-mod cross;
-mod crosstest;
-mod deb;
-mod deb822;
-mod debian;
-mod dsc;
 mod fuzz;
-mod hostbench;
-mod identity;
-mod install;
-mod kernel;
-mod licences;
-mod matrix;
 mod msrv;
-mod paths;
-mod pkgtest;
 mod release;
-mod repro;
-mod stage;
-mod staticlib;
 mod test;
-mod versions;
-mod vm;
-mod vmtest;
 mod workflows;
-mod workspace;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
-use crate::deb::Which;
-use crate::stage::Package;
+use xtask_base::{build, paths};
+use xtask_bench::{aptrepo, bench, copycount, crosstest, matrix, pkgtest, staticlib, vmtest};
+use xtask_pack::deb::{self, Which};
+use xtask_pack::stage::{self, Package};
+use xtask_pack::{dsc, install};
 
 #[derive(Parser)]
 #[command(

@@ -27,7 +27,7 @@ use anyhow::{bail, ensure, Context, Result};
 use serde_json::Value;
 use xshell::{cmd, Shell};
 
-use crate::paths;
+use xtask_base::paths;
 
 /// The workspace members that may declare their own rust-version (each checked against its own
 /// deps): xtask, and the crates of its layers (`xtask-base`, ...).

@@ -30,12 +30,13 @@ use std::time::Instant;
 use anyhow::{bail, ensure, Context, Result};
 use xshell::{cmd, Shell};
 
-use crate::base::files;
-use crate::deb;
-use crate::stage::Package;
-use crate::versions::{self, Tree};
-use crate::workspace::Workspace;
-use crate::{codegen, identity, paths, test};
+use xtask_base::workspace::Workspace;
+use xtask_base::{files, paths};
+use xtask_pack::stage::Package;
+use xtask_pack::versions::{self, Tree};
+use xtask_pack::{deb, identity};
+
+use crate::{codegen, test};
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum Tests {
@@ -259,7 +260,7 @@ fn write_dist(
     files::fresh_dir(dist)?;
     let mut names = Vec::new();
     for package in Package::SPLIT.into_iter().chain([Package::Bundle]) {
-        let debian_version = crate::deb::package_version(ws, package)?;
+        let debian_version = xtask_pack::deb::package_version(ws, package)?;
         let prefix = format!("{}_{debian_version}_", package.deb_name());
         let dbgsym = format!("{}-dbgsym_{debian_version}_", package.deb_name());
         let mut found = false;
@@ -280,7 +281,7 @@ fn write_dist(
         ensure!(found, "build/ has no {prefix}*.deb");
     }
     // The source package, for distributions that build it themselves.
-    let source = crate::dsc::build(sh)?;
+    let source = xtask_pack::dsc::build(sh)?;
     for path in [&source.dsc, &source.orig, &source.debian] {
         let name = path
             .file_name()

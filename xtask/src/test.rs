@@ -9,8 +9,10 @@ use std::time::Instant;
 use anyhow::{bail, Result};
 use xshell::{cmd, Shell};
 
-use crate::base::steps::Step;
-use crate::{codegen, paths};
+use xtask_base::paths;
+use xtask_base::steps::Step;
+
+use crate::codegen;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -107,7 +109,9 @@ fn steps(args: &Args) -> Result<(Vec<Step<'static>>, Vec<Step<'static>>)> {
         (CODEGEN_STEP, Box::new(|_: &Shell| codegen::run(true))),
         (
             VERSIONS_STEP,
-            Box::new(|sh: &Shell| crate::versions::check(&crate::workspace::Workspace::load(sh)?)),
+            Box::new(|sh: &Shell| {
+                xtask_pack::versions::check(&xtask_base::workspace::Workspace::load(sh)?)
+            }),
         ),
         (
             "workflows: actionlint and ShellCheck",
@@ -121,7 +125,7 @@ fn steps(args: &Args) -> Result<(Vec<Step<'static>>, Vec<Step<'static>>)> {
         (UNIT_STEP, Box::new(unit_tests)),
         (
             "libgdrapi.a: only gdr_* global, no bitcode, links beside another Rust staticlib",
-            Box::new(crate::staticlib::test_step),
+            Box::new(xtask_bench::staticlib::test_step),
         ),
         (
             "libFuzzer targets of libgdrapi (cargo-fuzz)",
@@ -129,7 +133,9 @@ fn steps(args: &Args) -> Result<(Vec<Step<'static>>, Vec<Step<'static>>)> {
         ),
         (
             "copy calls: instructions per call within the ceilings, every device access checked",
-            Box::new(|_: &Shell| crate::copycount::run(crate::copycount::Args::default())),
+            Box::new(|_: &Shell| {
+                xtask_bench::copycount::run(xtask_bench::copycount::Args::default())
+            }),
         ),
     ];
     let mut guests: Vec<Step> = Vec::new();
@@ -138,18 +144,18 @@ fn steps(args: &Args) -> Result<(Vec<Step<'static>>, Vec<Step<'static>>)> {
         return Ok((host, guests));
     }
     if !args.no_cross {
-        host.extend(crate::crosstest::test_steps());
+        host.extend(xtask_bench::crosstest::test_steps());
     }
     if !args.no_vm {
-        guests.extend(crate::vmtest::test_steps());
-        guests.extend(crate::bench::quick_steps());
+        guests.extend(xtask_bench::vmtest::test_steps());
+        guests.extend(xtask_bench::bench::quick_steps());
     }
     if !args.no_matrix {
-        guests.push(crate::matrix::test_step(!args.no_vm));
+        guests.push(xtask_bench::matrix::test_step(!args.no_vm));
     }
     // The .debs and lintian on them; with the VM, their install and upgrade tests, here in the
     // host lane: they use the .debs this lane has built, and the guest lane is the longer one.
-    host.extend(crate::pkgtest::test_steps(!args.no_vm));
+    host.extend(xtask_bench::pkgtest::test_steps(!args.no_vm));
 
     if !args.only.is_empty() {
         let wanted = |name: &str| {

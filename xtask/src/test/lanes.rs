@@ -18,7 +18,7 @@ use std::process::{Child, Command, Stdio};
 use anyhow::{Context, Result};
 
 use super::{Args, Outcome};
-use crate::paths;
+use xtask_base::paths;
 
 fn dir() -> PathBuf {
     paths::build_dir().join("test-lanes")

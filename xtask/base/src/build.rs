@@ -1,0 +1,208 @@
+//! `cargo xtask build [all|driver|lib|exes]...` and `cargo xtask clean`: what upstream GDRCopy's
+//! Makefile did (`make all`, `make driver lib exes`, `make clean`).
+//!
+//! - `lib`: `libgdrapi.so`, its soname link `libgdrapi.so.1` and `libgdrapi.a` (release) in
+//!   target/release.
+//! - `exes`: the mtgdrcopy-tests programs (release) in target/release.
+//! - `driver`: `mtgdrdrv.ko` for one kernel (default: the running one), built from a copy of
+//!   mtgdrdrv/kmod in build/driver/<release>/ so the source tree stays clean; `insmod.sh` loads
+//!   it from there.
+//!
+//! The packages' library and programs are a build of their own ([`packaged`]): reproducible,
+//! in target/packaged/release.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{ensure, Context, Result};
+use xshell::{cmd, Shell};
+
+use crate::cargo::{encode_rustflags, packaged_target_dir, reproducible_rustflags};
+use crate::library::soname;
+use crate::{files, paths, targets};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Component {
+    /// driver, lib and exes.
+    All,
+    /// The kernel module (`drv` too, as `cargo xtask install` and the old `drv_install`).
+    #[value(alias = "drv")]
+    Driver,
+    Lib,
+    Exes,
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// What to build; several may be given.
+    #[arg(value_enum, default_value = "all")]
+    what: Vec<Component>,
+    #[command(flatten)]
+    kernel: KernelArgs,
+    /// Rust target triple of the library and tools: the machine's own (default) or
+    /// aarch64-unknown-linux-gnu, cross-built with Debian's toolchain in a cached chroot.
+    #[arg(long, value_name = "TRIPLE")]
+    target: Option<String>,
+}
+
+/// The kernel the driver is built for.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct KernelArgs {
+    /// Kernel release to build the driver for (default: the running kernel, `uname -r`).
+    #[arg(long, value_name = "RELEASE")]
+    pub kver: Option<String>,
+    /// Kernel build directory (default: /lib/modules/<kver>/build).
+    #[arg(long, value_name = "DIR")]
+    pub kdir: Option<PathBuf>,
+}
+
+impl KernelArgs {
+    pub fn release(&self) -> Result<String> {
+        match &self.kver {
+            Some(k) => Ok(k.clone()),
+            None => running_kernel(),
+        }
+    }
+
+    pub fn build_dir(&self) -> Result<PathBuf> {
+        match &self.kdir {
+            Some(d) => Ok(d.clone()),
+            None => Ok(PathBuf::from(format!(
+                "/lib/modules/{}/build",
+                self.release()?
+            ))),
+        }
+    }
+}
+
+pub fn running_kernel() -> Result<String> {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .context("reading /proc/sys/kernel/osrelease")?;
+    Ok(release.trim().to_owned())
+}
+
+pub fn cli(args: Args) -> Result<()> {
+    let sh = Shell::new()?;
+    sh.change_dir(paths::root());
+    let all = args.what.contains(&Component::All);
+    let wants = |c: Component| all || args.what.contains(&c);
+    if let Some(target) = targets::parse(args.target.as_deref())? {
+        ensure!(
+            !args.what.contains(&Component::Driver),
+            "the driver is built by DKMS on the target machine (mtgdrdrv-dkms); \
+             --target builds only the library and the tools"
+        );
+        crate::cross::build(&sh, target, wants(Component::Lib), wants(Component::Exes))?;
+        let release = targets::release_dir(target);
+        if wants(Component::Lib) {
+            println!("{}", release.join("libgdrapi.so").display());
+        }
+        return Ok(());
+    }
+    if wants(Component::Lib) {
+        println!("{}", lib(&sh)?.display());
+    }
+    if wants(Component::Exes) {
+        exes(&sh)?;
+    }
+    if wants(Component::Driver) {
+        let ko = driver(&sh, &args.kernel)?;
+        println!("{}", ko.display());
+    }
+    Ok(())
+}
+
+/// What the packages hold, in one cargo invocation: the library (cdylib, staticlib) and the
+/// tools, release profile. Building them together keeps their dependencies' features unified,
+/// so that alternating between the two does not rebuild them each time. Once per process.
+///
+/// Reproducible: built with [`reproducible_rustflags`] in a target directory of its own
+/// ([`packaged_target_dir`]), so that the other release builds (tests, `cargo xtask build`),
+/// whose flags differ, neither rebuild it nor are rebuilt by it.
+pub fn packaged(sh: &Shell, target_dir: &Path) -> Result<()> {
+    static DONE: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    if DONE.get().is_some() {
+        return Ok(());
+    }
+    let _cwd = sh.push_dir(paths::root());
+    let dir = packaged_target_dir(target_dir);
+    let flags = reproducible_rustflags(&paths::root(), &dir, &paths::cargo_home());
+    cmd!(
+        sh,
+        "cargo build --quiet --release --locked -p libgdrapi -p mtgdrcopy-tests --lib --bins"
+    )
+    .arg("--target-dir")
+    .arg(&dir)
+    .env("CARGO_ENCODED_RUSTFLAGS", encode_rustflags(&flags))
+    .env_remove("RUSTFLAGS")
+    .run()
+    .context("building libgdrapi and the mtgdrcopy-tests programs")?;
+    let _ = DONE.set(());
+    Ok(())
+}
+
+/// libgdrapi: cdylib (soname libgdrapi.so.1) and staticlib, release profile, with the soname
+/// link beside the library (what `ldconfig -n` made in upstream's Makefile): the tools load
+/// `libgdrapi.so.1`, so `LD_LIBRARY_PATH=target/release` is all a source tree needs. Returns
+/// the link's path.
+pub fn lib(sh: &Shell) -> Result<PathBuf> {
+    let _cwd = sh.push_dir(paths::root());
+    cmd!(sh, "cargo build --quiet --release -p libgdrapi")
+        .run()
+        .context("building libgdrapi")?;
+    let release = paths::root().join("target/release");
+    let link = release.join(soname());
+    files::put_symlink("libgdrapi.so", &link)?;
+    Ok(link)
+}
+
+/// The mtgdrcopy-tests programs, release profile.
+pub fn exes(sh: &Shell) -> Result<()> {
+    let _cwd = sh.push_dir(paths::root());
+    cmd!(
+        sh,
+        "cargo build --quiet --release -p mtgdrcopy-tests --bins"
+    )
+    .run()
+    .context("building the mtgdrcopy-tests programs")
+}
+
+/// Builds mtgdrdrv.ko for `kernel` in build/driver/<release>/ and returns its path. mtgpu's
+/// Module.symvers is used when the module's Makefile finds it, else the CRC stub.
+pub fn driver(sh: &Shell, kernel: &KernelArgs) -> Result<PathBuf> {
+    let release = kernel.release()?;
+    let kdir = kernel.build_dir()?;
+    ensure!(
+        kdir.join("Makefile").is_file(),
+        "no kernel build directory at {} (install linux-headers-{release}, or pass --kver/--kdir)",
+        kdir.display()
+    );
+    let out = driver_dir(&release);
+    files::copy_module_sources(&paths::root().join("mtgdrdrv/kmod"), &out)?;
+    cmd!(sh, "make -s -C {out} KVER={release} KDIR={kdir} modules")
+        .run()
+        .with_context(|| format!("building mtgdrdrv for {release}"))?;
+    Ok(out.join("mtgdrdrv.ko"))
+}
+
+/// Where `driver` builds for `release`.
+pub fn driver_dir(release: &str) -> PathBuf {
+    paths::build_dir().join("driver").join(release)
+}
+
+/// `cargo xtask clean`: build/ (staged trees, debs, module objects, test roots) and cargo's
+/// target directory. Downloads and cached roots in ~/.cache/mtgdrcopy stay.
+pub fn clean() -> Result<()> {
+    let sh = Shell::new()?;
+    sh.change_dir(paths::root());
+    let build = paths::build_dir();
+    remove(&build)?;
+    cmd!(sh, "cargo clean --quiet").run()?;
+    Ok(())
+}
+
+fn remove(path: &Path) -> Result<()> {
+    if path.exists() {
+        std::fs::remove_dir_all(path).with_context(|| format!("removing {}", path.display()))?;
+    }
+    Ok(())
+}

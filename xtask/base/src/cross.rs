@@ -1,0 +1,391 @@
+//! Cross builds for arm64 (`aarch64-unknown-linux-gnu`), and their tests under qemu-user.
+//!
+//! rustup here has only the x86-64 standard library and cannot fetch another, so the toolchain
+//! is Debian's: a sid chroot (`cache_dir()/chroots/sid-cross-arm64`, made once by chroot.rs, kept
+//! apart from the kernel matrix's sid chroot) with rustc, cargo, `libstd-rust-dev:arm64`, the
+//! aarch64 cross gcc/g++/binutils, `qemu-user` as cargo's runner, and `libc6:arm64` with
+//! `dpkg-dev` so that dpkg-shlibdeps can resolve the arm64 binaries' libraries.
+//!
+//! Every command runs in that chroot with the workspace bind-mounted at its own path (so paths
+//! are the same inside and out) and the host's crate registry at `/root/.cargo/registry`. The
+//! chroot has no trust store for the crate registry: the host fetches (`cargo fetch --locked`)
+//! and the chroot builds `--offline --locked`. Products go to `<target dir>/cross/<triple>/`,
+//! apart from the host toolchain's, whose fingerprints differ (another rustc); the packages'
+//! reproducible build to `<target dir>/cross/packaged/<triple>/`.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use anyhow::{bail, ensure, Context, Result};
+use xshell::{cmd, Cmd, Shell};
+
+use crate::cargo::{encode_rustflags, reproducible_rustflags};
+use crate::chroot::{self, Chroot};
+use crate::library::link_library;
+use crate::paths;
+use crate::targets::{self, release_dir, target_dir, Target, AARCH64};
+
+const CHROOT: &str = "sid-cross-arm64";
+
+/// What the chroot holds beyond minbase. Part of the recipe: a change remakes the chroot.
+const PACKAGES: &[&str] = &[
+    "rustc",
+    "cargo",
+    "libstd-rust-dev:arm64",
+    "gcc-aarch64-linux-gnu",
+    "g++-aarch64-linux-gnu",
+    "libc6-dev-arm64-cross",
+    "qemu-user",
+    // dpkg-shlibdeps resolves NEEDED libraries through the dpkg database: the arm64 libc and
+    // libgcc must be installed packages, not only the cross sysroot.
+    "libc6:arm64",
+    "libgcc-s1:arm64",
+    "dpkg-dev",
+];
+
+/// The chroot's recipe: the architecture and the package list.
+fn recipe() -> String {
+    format!("cross v1: arm64; {}", PACKAGES.join(" "))
+}
+
+/// Cargo's home in the toolchain chroot; the host's crate registry is mounted in it.
+const CHROOT_CARGO_HOME: &str = "/root/.cargo";
+
+/// Debian's cross toolchain, in its chroot (locked for this process once made).
+pub struct Toolchain {
+    chroot: Chroot,
+    /// `rustc --version` in the chroot.
+    pub rustc: String,
+}
+
+static TOOLCHAIN: Mutex<Option<&'static Toolchain>> = Mutex::new(None);
+
+/// The toolchain chroot, made on first use (debootstrap and apt: 4 min on a loaded 2-core
+/// machine, 2.3 GB), then cached.
+/// One per process: the chroot's lock is held until the process ends.
+pub fn toolchain(sh: &Shell) -> Result<&'static Toolchain> {
+    let mut slot = TOOLCHAIN
+        .lock()
+        .map_err(|_| anyhow::anyhow!("the toolchain lock is poisoned"))?;
+    if let Some(t) = *slot {
+        return Ok(t);
+    }
+    let log = paths::build_dir().join("logs/cross-chroot.log");
+    let chroot = chroot::prepare_named(sh, CHROOT, "sid", &recipe(), false, &log, setup)?;
+    let rustc = chroot.info.trim().to_owned();
+    let toolchain: &'static Toolchain = Box::leak(Box::new(Toolchain { chroot, rustc }));
+    *slot = Some(toolchain);
+    Ok(toolchain)
+}
+
+/// Adds arm64 to dpkg and installs [`PACKAGES`]; returns rustc's version for the stamp.
+fn setup(sh: &Shell, root: &Path, log: &Path) -> Result<String> {
+    let run = |program: &str, args: &[&str], what: &str| {
+        chroot::run_logged(
+            chroot::command(sh, root, None, program).args(args),
+            log,
+            what,
+        )
+    };
+    run(
+        "dpkg",
+        &["--add-architecture", AARCH64.debian],
+        "dpkg --add-architecture",
+    )?;
+    run("apt-get", &["update"], "apt-get update")?;
+    let mut install = vec!["install", "-y"];
+    install.extend_from_slice(PACKAGES);
+    run("apt-get", &install, "apt-get install (cross toolchain)")?;
+    run("rustc", &["--version"], "rustc --version")
+}
+
+impl Toolchain {
+    /// `program` in the chroot, in the workspace, with the workspace and the crate registry
+    /// mounted and cargo's target settings in the environment, plus `env`.
+    pub fn cmd<'a>(
+        &self,
+        sh: &'a Shell,
+        target: &Target,
+        env: &[String],
+        program: &str,
+    ) -> Cmd<'a> {
+        self.cmd_in(sh, target, env, &paths::root(), program)
+    }
+
+    /// [`Toolchain::cmd`] in `cwd` (a path under the workspace).
+    pub fn cmd_in<'a>(
+        &self,
+        sh: &'a Shell,
+        target: &Target,
+        env: &[String],
+        cwd: &Path,
+        program: &str,
+    ) -> Cmd<'a> {
+        let root = paths::root();
+        let mut binds = vec![(root.clone(), root.clone())];
+        let target_dir = target_dir();
+        if !target_dir.starts_with(&root) {
+            binds.push((target_dir.clone(), target_dir.clone()));
+        }
+        binds.push((
+            paths::cargo_home().join("registry"),
+            Path::new(CHROOT_CARGO_HOME).join("registry"),
+        ));
+        let upper = target.triple.to_uppercase().replace('-', "_");
+        let mut vars = vec![
+            format!("CARGO_TARGET_DIR={}", target_dir.display()),
+            format!("CARGO_HOME={CHROOT_CARGO_HOME}"),
+            "CARGO_NET_OFFLINE=true".to_owned(),
+            format!("CARGO_TARGET_{upper}_LINKER={}-gcc", target.multiarch),
+            format!("CARGO_TARGET_{upper}_RUNNER={}", runner(target)),
+        ];
+        vars.extend_from_slice(env);
+        // Quiet: the full unshare/mount/chroot line would bury what runs; callers say it.
+        chroot::command_with_binds(sh, &self.chroot.root, &binds, &vars, Some(cwd), program).quiet()
+    }
+
+    /// `cargo SUBCOMMAND --target TRIPLE --locked --offline …` in the chroot.
+    pub fn cargo<'a>(&self, sh: &'a Shell, target: &Target, subcommand: &str) -> Cmd<'a> {
+        let triple = target.triple;
+        self.cmd(sh, target, &[], "cargo").args([
+            subcommand,
+            "--target",
+            triple,
+            "--locked",
+            "--offline",
+        ])
+    }
+
+    /// `exe args…` under qemu-user in the chroot, with `env` in its environment.
+    pub fn run_program<'a>(
+        &self,
+        sh: &'a Shell,
+        target: &Target,
+        env: &[String],
+        exe: &Path,
+    ) -> Cmd<'a> {
+        let sysroot = format!("/usr/{}", target.multiarch);
+        self.cmd(sh, target, env, target.qemu)
+            .args(["-L", &sysroot])
+            .arg(exe)
+    }
+}
+
+/// cargo's runner for `target`: the emulator, with the cross sysroot's dynamic loader.
+fn runner(target: &Target) -> String {
+    format!("{} -L /usr/{}", target.qemu, target.multiarch)
+}
+
+/// Downloads the crates the lock file names, with the host's cargo (the chroot cannot), once
+/// per process.
+pub fn fetch(sh: &Shell) -> Result<()> {
+    static DONE: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    if DONE.get().is_some() {
+        return Ok(());
+    }
+    let _cwd = sh.push_dir(paths::root());
+    cmd!(sh, "cargo fetch --quiet --locked")
+        .run()
+        .context("fetching the crates for the cross build (cargo fetch --locked)")?;
+    let _ = DONE.set(());
+    Ok(())
+}
+
+/// The packaged artifacts for `target`: libgdrapi (cdylib, staticlib) and the tools, release,
+/// in one cargo invocation as [`crate::build::packaged`] does natively, reproducible as it is
+/// (the same remapping of the workspace, the target directory and cargo's home, which is
+/// [`CHROOT_CARGO_HOME`] here) in a target directory of its own. Once per process.
+pub fn packaged(sh: &Shell, target: &Target) -> Result<()> {
+    static DONE: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    if DONE.get().is_some() {
+        return Ok(());
+    }
+    fetch(sh)?;
+    let toolchain = toolchain(sh)?;
+    let dir = targets::packaged_dir();
+    // The paths are the chroot's: the workspace and the target directory are mounted at their
+    // host paths, the registry under CHROOT_CARGO_HOME (mount points, not links, so what
+    // reproducible_rustflags resolves on the host adds nothing that matters inside).
+    let flags = reproducible_rustflags(&paths::root(), &dir, Path::new(CHROOT_CARGO_HOME));
+    let env = [format!(
+        "CARGO_ENCODED_RUSTFLAGS={}",
+        encode_rustflags(&flags)
+    )];
+    toolchain
+        .cmd(sh, target, &env, "cargo")
+        .args(["build", "--target", target.triple, "--locked", "--offline"])
+        .arg("--target-dir")
+        .arg(&dir)
+        .args([
+            "--quiet",
+            "--release",
+            "-p",
+            "libgdrapi",
+            "-p",
+            "mtgdrcopy-tests",
+            "--lib",
+            "--bins",
+        ])
+        .run()
+        .with_context(|| {
+            format!(
+                "cross-building libgdrapi and the tools for {} ({})",
+                target.triple, toolchain.rustc
+            )
+        })?;
+    let _ = DONE.set(());
+    Ok(())
+}
+
+/// `cargo xtask build --target`: the library and/or the tools for `target`, release.
+pub fn build(sh: &Shell, target: &Target, lib: bool, exes: bool) -> Result<()> {
+    fetch(sh)?;
+    let toolchain = toolchain(sh)?;
+    let mut args = vec!["--quiet", "--release"];
+    if lib {
+        args.extend(["-p", "libgdrapi", "--lib"]);
+    }
+    if exes {
+        args.extend(["-p", "mtgdrcopy-tests", "--bins"]);
+    }
+    toolchain
+        .cargo(sh, target, "build")
+        .args(args)
+        .run()
+        .with_context(|| format!("cross-building for {} ({})", target.triple, toolchain.rustc))?;
+    let release = release_dir(target);
+    if lib {
+        ensure_elf_for(&release.join("libgdrapi.so"), target)?;
+    }
+    Ok(())
+}
+
+/// The crates' tests for `target`, run under qemu-user: the ABI crate's layout tests and all
+/// of libgdrapi's, among them the copy variants' size × misalignment matrix (NEON and generic
+/// on arm64).
+pub fn unit_tests(sh: &Shell, target: &Target) -> Result<()> {
+    fetch(sh)?;
+    let toolchain = toolchain(sh)?;
+    eprintln!("    toolchain: {}", toolchain.rustc);
+    toolchain
+        .cargo(sh, target, "test")
+        // The library targets' tests: libgdrapi's integration test (tests/cdylib.rs) runs host
+        // compilers, and header_test below is its arm64 counterpart.
+        .args(["--quiet", "-p", "mtgdrdrv", "-p", "libgdrapi", "--lib"])
+        .run()
+        .with_context(|| format!("tests of mtgdrdrv and libgdrapi for {}", target.triple))
+}
+
+/// gdrapi.h's C and C++ tests (libgdrapi/tests/c, which libgdrapi's own `cdylib` test runs
+/// natively) for `target`: compiled with the cross gcc/g++ against the cross-built
+/// libgdrapi.so.1 and run under qemu-user with logging on, so the struct sizes and offsets the
+/// tests assert hold on that ABI too and the library's one error line reaches C's stderr. (How
+/// logging is filtered is the same Rust on every target: the native test covers it.)
+pub fn header_test(sh: &Shell, target: &Target) -> Result<()> {
+    build(sh, target, true, false)?;
+    let toolchain = toolchain(sh)?;
+    let out = paths::build_dir().join(format!("header-test-{}", target.debian));
+    let lib = link_library(&release_dir(target), &out.join("lib"))?;
+    let src = paths::root().join("libgdrapi/tests/c");
+    let include = paths::root().join("libgdrapi/include");
+    for (compiler, std, file) in [
+        ("gcc", "-std=c11", "header_test.c"),
+        ("g++", "-std=c++11", "header_test.cpp"),
+    ] {
+        let compiler = format!("{}-{compiler}", target.multiarch);
+        let exe = out.join(file.replace('.', "_"));
+        toolchain
+            .cmd(sh, target, &[], &compiler)
+            .args([std, "-Wall", "-Wextra", "-Werror", "-pedantic"])
+            .arg(format!("-I{}", include.display()))
+            .arg(src.join(file))
+            .arg(format!("-L{}", lib.display()))
+            .arg("-lgdrapi")
+            .arg(format!("-Wl,-rpath,{}", lib.display()))
+            .arg("-o")
+            .arg(&exe)
+            .run()
+            .with_context(|| format!("compiling {file} with {compiler}"))?;
+        ensure_elf_for(&exe, target)?;
+        // The chroot has no /dev/mtgdrdrv: gdr_open fails and says how to load the module.
+        let env = ["GDRCOPY_ENABLE_LOGGING=1".to_owned()];
+        let run = toolchain
+            .run_program(sh, target, &env, &exe)
+            .quiet()
+            .ignore_status()
+            .output()
+            .with_context(|| format!("running {} under {}", exe.display(), target.qemu))?;
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&run.stdout),
+            String::from_utf8_lossy(&run.stderr),
+        );
+        ensure!(
+            run.status.success()
+                && stdout.contains("header test passed")
+                && stderr.lines().count() == 1
+                && stderr.contains("modprobe mtgdrdrv"),
+            "{} under {}: {stdout}{stderr}",
+            exe.display(),
+            target.qemu
+        );
+    }
+    Ok(())
+}
+
+/// The whole workspace, every target kind, type-checked by Debian's rustc for the machine's
+/// own architecture: the workspace must build with both toolchains, not only the crates that
+/// are cross-built (xtask, the fuzzer and the emulated libmusa too).
+pub fn workspace_with_debian_rustc(sh: &Shell) -> Result<()> {
+    fetch(sh)?;
+    let toolchain = toolchain(sh)?;
+    toolchain
+        .cmd(sh, &AARCH64, &[], "cargo")
+        .args([
+            "check",
+            "--quiet",
+            "--workspace",
+            "--all-targets",
+            "--locked",
+            "--offline",
+        ])
+        .run()
+        .with_context(|| format!("cargo check --workspace with {}", toolchain.rustc))
+}
+
+/// A binutils program for `target` (e.g. `strip`), run in the chroot on a workspace path.
+pub fn binutil<'a>(sh: &'a Shell, target: &Target, tool: &str) -> Result<Cmd<'a>> {
+    let toolchain = toolchain(sh)?;
+    Ok(toolchain.cmd(sh, target, &[], &format!("{}-{tool}", target.multiarch)))
+}
+
+/// Checks that `path` is an ELF file for `target` (the cross build really produced arm64 code).
+pub fn ensure_elf_for(path: &Path, target: &Target) -> Result<()> {
+    use std::io::Read;
+    let mut header = [0u8; 20];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut header))
+        .with_context(|| format!("reading the ELF header of {}", path.display()))?;
+    // e_machine: EM_AARCH64 is 183.
+    let machine = u16::from_le_bytes([header[18], header[19]]);
+    let expected = match target.debian {
+        "arm64" => 183,
+        other => bail!("no ELF machine number known for {other}"),
+    };
+    ensure!(
+        &header[..4] == b"\x7fELF" && machine == expected,
+        "{} is not an ELF file for {} (e_machine {machine})",
+        path.display(),
+        target.triple
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runner_uses_the_cross_sysroot() {
+        assert_eq!(runner(&AARCH64), "qemu-aarch64 -L /usr/aarch64-linux-gnu");
+    }
+}

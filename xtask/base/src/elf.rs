@@ -1,0 +1,57 @@
+//! ELF files as dh_strip and dpkg-shlibdeps see them: which files of a tree are loadable, and
+//! whether each is an executable or a shared library.
+
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::files;
+
+/// Executables and shared libraries (not archives, not kernel objects) in `tree`.
+pub fn elf_files(tree: &Path) -> Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    for path in files::files(tree)? {
+        if elf_kind(&path)?.is_some() {
+            found.push(path);
+        }
+    }
+    Ok(found)
+}
+
+/// What dh_strip tells apart: executables (PIE ones are ET_DYN too) and shared libraries
+/// (by their name, `*.so` or `*.so.*`, as dh_strip does).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ElfKind {
+    Executable,
+    SharedObject,
+}
+
+/// The kind of `path` if it is a loadable ELF file (not an archive or a kernel object).
+pub fn elf_kind(path: &Path) -> Result<Option<ElfKind>> {
+    let mut header = [0u8; 18];
+    let mut file = fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut n = 0;
+    while n < header.len() {
+        match file.read(&mut header[n..])? {
+            0 => return Ok(None),
+            k => n += k,
+        }
+    }
+    // ET_EXEC (2) or ET_DYN (3), little-endian (amd64, arm64).
+    let loadable =
+        &header[..4] == b"\x7fELF" && matches!(u16::from_le_bytes([header[16], header[17]]), 2 | 3);
+    if !loadable {
+        return Ok(None);
+    }
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Ok(Some(if name.ends_with(".so") || name.contains(".so.") {
+        ElfKind::SharedObject
+    } else {
+        ElfKind::Executable
+    }))
+}

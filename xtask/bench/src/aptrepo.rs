@@ -1,0 +1,501 @@
+//! `cargo xtask apt-repo`: the .debs in build/ as an apt repository a fleet installs from
+//! (`apt-get install mtgdrcopy`), in build/apt/ by default:
+//!
+//! ```text
+//! pool/main/*.deb                      the four packages of the release
+//! pool/bundle/*.deb                    the single-package build
+//! dists/<suite>/{main,bundle}/binary-<arch>/Packages, Packages.gz
+//! dists/<suite>/Release                MD5Sum, SHA1, SHA256, SHA512 of the indices
+//! dists/<suite>/InRelease, Release.gpg  with --sign-key/--gpg-homedir
+//! mtgdrcopy-archive-keyring.gpg        the signing key's public part, for signed-by=
+//! ```
+//!
+//! The indices and Release are written by apt-ftparchive (apt-utils): Debian's own tool for
+//! exactly this, already trusted by every apt client, with the hash set apt expects. (No crate
+//! writes Release files; dpkg-scanpackages only writes Packages.) Signing is gpg's
+//! `--clearsign` and `--detach-sign`, with a key the release engineer provides.
+//!
+//! The bundle shares its name with the metapackage (`mtgdrcopy`) and conflicts with the split
+//! packages, so it lives in its own component: a host lists `main` (split packages, the
+//! default) or `bundle`, never both: with both, apt takes the bundle, whose version sorts
+//! higher (1.0.0-1+bundle > 1.0.0-1), which is also how a split host moves to the bundle.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, ensure, Context, Result};
+use flate2::write::GzEncoder;
+use xshell::{cmd, Shell};
+
+use xtask_base::workspace::Workspace;
+use xtask_base::{files, host, paths};
+use xtask_pack::stage;
+
+/// What the host needs: apt-ftparchive, and gpg for signing.
+pub const HOST_PACKAGES: &[&str] = &["apt-utils", "gpg"];
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Where to write the repository (it is replaced): default build/apt.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// The suite (dists/<suite>), what hosts name in their sources entry.
+    #[arg(long, default_value = "stable")]
+    pub suite: String,
+    /// Sign Release (InRelease, Release.gpg) with this key (a key id, fingerprint or user id).
+    #[arg(long)]
+    pub sign_key: Option<String>,
+    /// The GnuPG home that holds the signing key (default: gpg's own). Given alone, signs with
+    /// that home's default key.
+    #[arg(long)]
+    pub gpg_homedir: Option<PathBuf>,
+}
+
+/// How to sign: gpg's home and key.
+#[derive(Clone, Debug, Default)]
+pub struct Signer {
+    pub homedir: Option<PathBuf>,
+    pub key: Option<String>,
+}
+
+impl Signer {
+    fn gpg_args(&self) -> Vec<String> {
+        let mut args = vec!["--batch".to_owned(), "--yes".to_owned()];
+        if let Some(home) = &self.homedir {
+            args.extend(["--homedir".to_owned(), home.display().to_string()]);
+        }
+        if let Some(key) = &self.key {
+            args.extend(["--local-user".to_owned(), key.clone()]);
+        }
+        args
+    }
+}
+
+/// A .deb as the repository sees it.
+#[derive(Clone, Debug)]
+struct Deb {
+    path: PathBuf,
+    package: String,
+    version: String,
+    architecture: String,
+}
+
+impl Deb {
+    fn read(sh: &Shell, path: &Path) -> Result<Deb> {
+        let fields = cmd!(sh, "dpkg-deb -f {path} Package Version Architecture")
+            .quiet()
+            .read()
+            .with_context(|| format!("reading the control fields of {}", path.display()))?;
+        let get = |name: &str| -> Result<String> {
+            fields
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+                .map(|v| v.trim().to_owned())
+                .with_context(|| format!("{}: no {name} field", path.display()))
+        };
+        Ok(Deb {
+            path: path.to_path_buf(),
+            package: get("Package")?,
+            version: get("Version")?,
+            architecture: get("Architecture")?,
+        })
+    }
+
+    /// The component: the single-package build (version `...+bundle`) or the release's split.
+    fn component(&self) -> &'static str {
+        if self.version.ends_with("+bundle") {
+            "bundle"
+        } else {
+            "main"
+        }
+    }
+}
+
+/// A written repository.
+#[derive(Clone, Debug)]
+pub struct Repo {
+    pub dir: PathBuf,
+    pub suite: String,
+    pub architectures: Vec<String>,
+    pub components: Vec<String>,
+    /// The public keyring file for `signed-by=`, when signed.
+    pub keyring: Option<PathBuf>,
+}
+
+pub fn cli(args: Args) -> Result<()> {
+    let sh = Shell::new()?;
+    sh.change_dir(paths::root());
+    let ws = Workspace::load(&sh)?;
+    let _lock = files::lock()?;
+    let mut debs = Vec::new();
+    for entry in fs::read_dir(paths::build_dir())
+        .context("reading build/; run `cargo xtask deb-all` and `deb-bundle` first")?
+    {
+        let path = entry?.path();
+        // Debug symbol packages belong in a debug archive of their own, not beside these.
+        let dbgsym = path.to_string_lossy().contains("-dbgsym_");
+        if path.extension().is_some_and(|e| e == "deb") && !dbgsym {
+            debs.push(path);
+        }
+    }
+    debs.sort();
+    ensure!(
+        !debs.is_empty(),
+        "build/ has no .deb: run `cargo xtask deb-all` and `cargo xtask deb-bundle` first"
+    );
+    // A .deb of another version (left by an older checkout) must not slip into a release.
+    for path in &debs {
+        let deb = Deb::read(&sh, path)?;
+        let expected = stage::Package::SPLIT
+            .into_iter()
+            .chain([stage::Package::Bundle])
+            .filter(|p| p.deb_name() == deb.package)
+            .map(|p| -> Result<String> { xtask_pack::deb::package_version(&ws, p) })
+            .collect::<Result<Vec<_>>>()?;
+        ensure!(
+            expected.contains(&deb.version),
+            "{} is {} {}, but this tree builds {:?}: rebuild the .debs",
+            path.display(),
+            deb.package,
+            deb.version,
+            expected
+        );
+    }
+    let signer = (args.sign_key.is_some() || args.gpg_homedir.is_some()).then(|| Signer {
+        homedir: args.gpg_homedir.clone(),
+        key: args.sign_key.clone(),
+    });
+    let out = args.out.unwrap_or_else(|| paths::build_dir().join("apt"));
+    let repo = build(&sh, &debs, &out, &args.suite, signer.as_ref())?;
+    println!("{}", repo.dir.display());
+    if repo.keyring.is_none() {
+        eprintln!("Unsigned (no --sign-key or --gpg-homedir): for local trials only.");
+    }
+    eprintln!("A host installs from it with this sources entry (and `apt-get install mtgdrcopy`):");
+    eprintln!(
+        "{}",
+        repo.sources_line(
+            "<URL of the published directory>",
+            "main",
+            "/etc/apt/keyrings/mtgdrcopy.gpg"
+        )
+    );
+    Ok(())
+}
+
+impl Repo {
+    /// A one-line sources entry for `component` of this repository at `uri`.
+    pub fn sources_line(&self, uri: &str, component: &str, keyring_path: &str) -> String {
+        let options = if self.keyring.is_some() {
+            format!("[signed-by={keyring_path}] ")
+        } else {
+            // An unsigned repository is for local experiments only.
+            "[trusted=yes] ".to_owned()
+        };
+        format!("deb {options}{uri} {} {component}", self.suite)
+    }
+}
+
+/// Writes the repository of `debs` into `out` (replaced), signed when `signer` is given.
+pub fn build(
+    sh: &Shell,
+    debs: &[PathBuf],
+    out: &Path,
+    suite: &str,
+    signer: Option<&Signer>,
+) -> Result<Repo> {
+    host::ensure_host_packages(HOST_PACKAGES)?;
+    ensure!(
+        !suite.is_empty()
+            && suite
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)),
+        "suite {suite:?}: use letters, digits, '-', '_' and '.'"
+    );
+    files::fresh_dir(out)?;
+    let mut read = Vec::new();
+    for path in debs {
+        read.push(Deb::read(sh, path)?);
+    }
+    let mut architectures: Vec<String> = read
+        .iter()
+        .map(|d| d.architecture.clone())
+        .filter(|a| a != "all")
+        .collect();
+    architectures.sort();
+    architectures.dedup();
+    ensure!(
+        !architectures.is_empty(),
+        "no architecture-specific .deb among {debs:?}: a repository needs at least one"
+    );
+    let mut components: Vec<String> = read.iter().map(|d| d.component().to_owned()).collect();
+    components.sort();
+    components.dedup();
+    // main first: the component hosts use by default.
+    components.sort_by_key(|c| c != "main");
+
+    for deb in &read {
+        let name = deb.path.file_name().context("a .deb without a file name")?;
+        let pool = out.join("pool").join(deb.component());
+        fs::create_dir_all(&pool)?;
+        fs::copy(&deb.path, pool.join(name))
+            .with_context(|| format!("copying {}", deb.path.display()))?;
+    }
+
+    let _cwd = sh.push_dir(out);
+    let dists = Path::new("dists").join(suite);
+    for component in &components {
+        for arch in &architectures {
+            let dir = dists.join(component).join(format!("binary-{arch}"));
+            fs::create_dir_all(out.join(&dir))?;
+            let pool = format!("pool/{component}");
+            // --arch keeps <arch> and `all` packages (by file name, which deb.rs sets).
+            let packages = cmd!(sh, "apt-ftparchive --arch {arch} packages {pool}")
+                .quiet()
+                .read()
+                .context("running apt-ftparchive packages (apt-utils)")?;
+            let packages = format!("{packages}\n");
+            fs::write(out.join(dir.join("Packages")), &packages)?;
+            let mut gz = GzEncoder::new(
+                fs::File::create(out.join(dir.join("Packages.gz")))?,
+                flate2::Compression::best(),
+            );
+            gz.write_all(packages.as_bytes())?;
+            gz.finish()?;
+        }
+    }
+
+    let conf = |key: &str, value: &str| format!("-oAPT::FTPArchive::Release::{key}={value}");
+    let options = [
+        conf("Origin", "mtgdrcopy"),
+        conf("Label", "mtgdrcopy"),
+        conf("Suite", suite),
+        conf("Codename", suite),
+        conf("Architectures", &architectures.join(" ")),
+        conf("Components", &components.join(" ")),
+        conf(
+            "Description",
+            "GDRCopy for Moore Threads GPUs: kernel module (DKMS), library and tools",
+        ),
+    ];
+    let release = cmd!(sh, "apt-ftparchive {options...} release {dists}")
+        .quiet()
+        .read()
+        .context("running apt-ftparchive release")?;
+    let release_path = out.join(&dists).join("Release");
+    fs::write(&release_path, format!("{release}\n"))?;
+
+    let mut keyring = None;
+    if let Some(signer) = signer {
+        let gpg = signer.gpg_args();
+        let gpg_ref = &gpg;
+        let (inrelease, detached) = (
+            out.join(&dists).join("InRelease"),
+            out.join(&dists).join("Release.gpg"),
+        );
+        cmd!(
+            sh,
+            "gpg {gpg_ref...} --clearsign --output {inrelease} {release_path}"
+        )
+        .quiet()
+        .run()
+        .context("gpg --clearsign of Release (is the key there, without a passphrase prompt?)")?;
+        cmd!(
+            sh,
+            "gpg {gpg...} --armor --detach-sign --output {detached} {release_path}"
+        )
+        .quiet()
+        .run()
+        .context("gpg --detach-sign of Release")?;
+        // The public part for hosts: of the named key, or of the home's default (first) key.
+        let mut export = vec!["--batch".to_owned()];
+        if let Some(home) = &signer.homedir {
+            export.extend(["--homedir".to_owned(), home.display().to_string()]);
+        }
+        let path = out.join("mtgdrcopy-archive-keyring.gpg");
+        let which: Vec<String> = signer.key.iter().cloned().collect();
+        let which_ref = &which;
+        let public = cmd!(sh, "gpg {export...} --export {which_ref...}")
+            .quiet()
+            .output()
+            .context("gpg --export")?;
+        if public.stdout.is_empty() {
+            bail!("gpg --export {which:?} gave no key");
+        }
+        fs::write(&path, &public.stdout)?;
+        keyring = Some(path);
+    }
+    Ok(Repo {
+        dir: out.to_path_buf(),
+        suite: suite.to_owned(),
+        architectures,
+        components,
+        keyring,
+    })
+}
+
+/// A throwaway signing key in a fresh GnuPG home, for tests; its agent is stopped on drop.
+pub struct TestKey {
+    pub home: PathBuf,
+    pub user_id: String,
+}
+
+impl TestKey {
+    pub fn generate(sh: &Shell, home: &Path, name: &str) -> Result<TestKey> {
+        host::ensure_host_packages(HOST_PACKAGES)?;
+        files::fresh_dir(home)?;
+        files::set_mode(home, 0o700)?;
+        let user_id = format!("{name} <{name}@mtgdrcopy.invalid>");
+        let key = TestKey {
+            home: home.to_path_buf(),
+            user_id,
+        };
+        let uid = &key.user_id;
+        cmd!(
+            sh,
+            "gpg --batch --homedir {home} --passphrase '' --quick-gen-key {uid} ed25519 sign never"
+        )
+        .quiet()
+        .ignore_stderr()
+        .run()
+        .context("generating a throwaway GnuPG key")?;
+        Ok(key)
+    }
+
+    /// The public key, as a binary keyring for `signed-by=`.
+    pub fn public_key(&self, sh: &Shell) -> Result<Vec<u8>> {
+        let home = &self.home;
+        let out = cmd!(sh, "gpg --batch --homedir {home} --export")
+            .quiet()
+            .output()
+            .context("gpg --export")?;
+        ensure!(!out.stdout.is_empty(), "gpg --export gave no key");
+        Ok(out.stdout)
+    }
+
+    pub fn signer(&self) -> Signer {
+        Signer {
+            homedir: Some(self.home.clone()),
+            key: Some(self.user_id.clone()),
+        }
+    }
+}
+
+impl Drop for TestKey {
+    fn drop(&mut self) {
+        // gpg started an agent for this home; it would outlive the test otherwise.
+        let _ = std::process::Command::new("gpgconf")
+            .arg("--homedir")
+            .arg(&self.home)
+            .args(["--kill", "gpg-agent"])
+            .status();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A minimal .deb made with dpkg-deb.
+    fn tiny_deb(dir: &Path, package: &str, version: &str, arch: &str) -> PathBuf {
+        let tree = dir.join(format!("{package}-{arch}"));
+        fs::create_dir_all(tree.join("DEBIAN")).unwrap();
+        fs::write(
+            tree.join("DEBIAN/control"),
+            format!(
+                "Package: {package}\nVersion: {version}\nArchitecture: {arch}\n\
+                 Maintainer: Test <test@example.org>\nDescription: test package\n"
+            ),
+        )
+        .unwrap();
+        let deb = dir.join(format!("{package}_{version}_{arch}.deb"));
+        let status = std::process::Command::new("dpkg-deb")
+            .args(["--root-owner-group", "-Zgzip", "--build"])
+            .arg(&tree)
+            .arg(&deb)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        deb
+    }
+
+    #[test]
+    fn a_signed_repository_with_both_components() {
+        let sh = Shell::new().unwrap();
+        let scratch = paths::build_dir().join("test-aptrepo");
+        files::fresh_dir(&scratch).unwrap();
+        let debs = vec![
+            tiny_deb(&scratch, "libgdrapi", "1.0.0-1", "amd64"),
+            tiny_deb(&scratch, "mtgdrcopy", "1.0.0-1", "all"),
+            tiny_deb(&scratch, "mtgdrcopy", "1.0.0-1+bundle", "amd64"),
+        ];
+        let key = TestKey::generate(&sh, &scratch.join("gnupg"), "repo-test").unwrap();
+        let out = scratch.join("apt");
+        let repo = build(&sh, &debs, &out, "stable", Some(&key.signer())).unwrap();
+        assert_eq!(repo.components, ["main", "bundle"]);
+        assert_eq!(repo.architectures, ["amd64"]);
+
+        let main = fs::read_to_string(out.join("dists/stable/main/binary-amd64/Packages")).unwrap();
+        assert!(
+            main.contains("Filename: pool/main/libgdrapi_1.0.0-1_amd64.deb"),
+            "{main}"
+        );
+        assert!(
+            main.contains("Filename: pool/main/mtgdrcopy_1.0.0-1_all.deb"),
+            "{main}"
+        );
+        assert!(!main.contains("+bundle"), "{main}");
+        let bundle =
+            fs::read_to_string(out.join("dists/stable/bundle/binary-amd64/Packages")).unwrap();
+        assert!(bundle.contains("Version: 1.0.0-1+bundle"), "{bundle}");
+        assert_eq!(bundle.matches("Package: ").count(), 1, "{bundle}");
+
+        let release = fs::read_to_string(out.join("dists/stable/Release")).unwrap();
+        for line in [
+            "Suite: stable",
+            "Components: main bundle",
+            "Architectures: amd64",
+            "SHA256:",
+        ] {
+            assert!(release.contains(line), "Release lacks {line}:\n{release}");
+        }
+        assert!(
+            release.contains("main/binary-amd64/Packages.gz"),
+            "{release}"
+        );
+
+        // gpgv with only the exported keyring accepts both signatures...
+        let keyring = repo.keyring.clone().unwrap();
+        let dists = out.join("dists/stable");
+        let gpgv = |args: &[&Path]| {
+            std::process::Command::new("gpgv")
+                .arg("--keyring")
+                .arg(&keyring)
+                .args(args)
+                .output()
+                .unwrap()
+                .status
+                .success()
+        };
+        assert!(gpgv(&[&dists.join("InRelease")]));
+        assert!(gpgv(&[&dists.join("Release.gpg"), &dists.join("Release")]));
+        // ...and refuses a Release changed after signing.
+        fs::write(dists.join("Release"), format!("{release}Tampered: yes\n")).unwrap();
+        assert!(!gpgv(&[&dists.join("Release.gpg"), &dists.join("Release")]));
+
+        // Another key's keyring does not verify it.
+        let other = TestKey::generate(&sh, &scratch.join("gnupg-other"), "other").unwrap();
+        let other_ring = scratch.join("other.gpg");
+        fs::write(&other_ring, other.public_key(&sh).unwrap()).unwrap();
+        let status = std::process::Command::new("gpgv")
+            .arg("--keyring")
+            .arg(&other_ring)
+            .arg(dists.join("InRelease"))
+            .output()
+            .unwrap()
+            .status;
+        assert!(!status.success());
+    }
+}

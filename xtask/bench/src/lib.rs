@@ -1,0 +1,14 @@
+//! The test bench of `cargo xtask`: the QEMU VM and its tests, the kernel matrix, the package
+//! install and upgrade tests, the apt repository, benchmarks, copy counts and the arm64 and
+//! static-library checks. It depends on xtask-base and xtask-pack.
+
+pub mod aptrepo;
+pub mod bench;
+pub mod copycount;
+pub mod crosstest;
+pub mod hostbench;
+pub mod matrix;
+pub mod pkgtest;
+pub mod staticlib;
+pub mod vm;
+pub mod vmtest;

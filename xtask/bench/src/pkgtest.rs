@@ -1,0 +1,213 @@
+//! The packaging steps of `cargo xtask test`: build every .deb, run lintian on them, and prove
+//! them by installing them.
+//!
+//! The install test, in order:
+//! 1. **Host.** A bookworm root with dkms and the VM kernel's headers (root.rs: cached layers
+//!    under a fresh overlay) gets the four packages through `apt-get install mtgdrcopy` from
+//!    a signed repository that `cargo xtask apt-repo` made of the .debs (a `file:` source with
+//!    `signed-by=` a throwaway key; the same entry naming another key must be refused). Checked:
+//!    DKMS built and installed mtgdrdrv.ko for that kernel (and only it: the CRC stub is not
+//!    installed), dkms.conf's version is the source directory's, the udev rule and
+//!    modprobe.d softdep are in /usr/lib (and no modules-load.d file), and a C program built
+//!    against libgdrapi with pkg-config (shared and static) gets `libgdrapi (>= <version>), libgdrapi (<< 2~)`
+//!    from dpkg-shlibdeps, i.e. shlibs and symbols work. Then, in a root of its own that believes it
+//!    runs the VM's kernel, mtgdrdrv-dkms alone with the real DKMS where builds fail
+//!    ([`dkms::dkms_failures`]): a newer kernel's failure is a warning, the running kernel's fails
+//!    configure until fixed, /etc/dkms/no-autoinstall builds nothing, a kernel
+//!    BUILD_EXCLUSIVE_KERNEL excludes is skipped.
+//! 2. **Container.** A bare minbase root gets only libgdrapi and mtgdrcopy-tests: apt must not
+//!    pull in dkms or anything of the module.
+//! 3. **VM** (the host of both). The Debian kernel boots with the files the packages installed:
+//!    the DKMS-built module, udevd and the rule from the host root, the tools and libgdrapi.so.1
+//!    from the host root, and the container root's files under /container. udevd runs, so
+//!    /dev/mtgdrdrv must get the rule's group and mode; insmod.sh must refuse to load without
+//!    the provider; with the emulated provider loaded with disable_driver=1 (as Moore Threads'
+//!    DKMS post_install leaves mtgpu), the installed mtgdrdrv-load, run as the postinst runs
+//!    it, must not load mtgdrdrv and say why in one line, and insmod.sh must refuse; with the
+//!    provider loaded normally, mtgdrdrv-load must load the DKMS-built module (modprobe) and
+//!    insmod.sh reload it; the installed mtgdrcopy_sanity must pass; then in
+//!    `chroot /container`, with only the two device nodes (what `docker run --device` gives),
+//!    sanity and copybw run against the host's module. Before all that, right after boot with
+//!    no provider, mtgdrdrv must not be loaded nor named in the kernel log; after it, with the
+//!    packaged softdep renamed for the emulated provider (`softdep mtgpu_emu post: mtgdrdrv`)
+//!    and kmod's modprobe, `modprobe mtgpu_emu` must load mtgdrdrv, and still load the provider
+//!    when mtgdrdrv is not built or fails to load.
+//!    The emulated libmusa.so.1 stands in for the MUSA driver's (/usr/lib/mtgdrcopy/emu, on
+//!    LD_LIBRARY_PATH); libgdrapi is found where the package put it.
+//! 4. **Purge.** `apt-get purge` of the four: DKMS no longer knows mtgdrdrv, the module is gone
+//!    and no file is left that was not there before the install.
+//! 5. **Bundle.** The single-package build on the same root: DKMS installs the module again,
+//!    then its purge leaves the root as clean.
+
+mod dkms;
+mod guest;
+mod guest_script;
+mod install;
+mod root;
+mod upgrade;
+
+use std::cell::RefCell;
+use std::fs;
+use std::rc::Rc;
+use std::time::Instant;
+
+use anyhow::{ensure, Context, Result};
+use xshell::{cmd, Shell};
+
+use xtask_base::steps::Step;
+use xtask_base::workspace::Workspace;
+use xtask_base::{elf, paths};
+use xtask_pack::deb::{self, Built};
+use xtask_pack::stage::{self, Package};
+
+use install::install_test;
+use root::Root;
+
+/// The packaging steps; the install and upgrade tests only with `vm` (they boot QEMU).
+pub fn test_steps(vm: bool) -> Vec<Step<'static>> {
+    let debs: Rc<RefCell<Option<Vec<Built>>>> = Rc::default();
+    let upgrade = upgrade::test_step(debs.clone());
+    let (d1, d2, d3, d4, d5) = (debs.clone(), debs.clone(), debs.clone(), debs.clone(), debs);
+    let mut steps: Vec<Step<'static>> = vec![
+        (
+            "packages: build every .deb (deb-all, deb-bundle); xz, -dbgsym, libgdrapi.a",
+            Box::new(move |sh: &Shell| contents_check(sh, &built(sh, &d1)?)),
+        ),
+        (
+            "packages: build-all stages every package tree (make build)",
+            Box::new(xtask_pack::stage::build_all_test_step),
+        ),
+        (
+            "packages: lintian on every .deb",
+            Box::new(move |sh: &Shell| deb::lintian(sh, &built(sh, &d2)?)),
+        ),
+        (
+            "source package: dpkg-buildpackage in trixie offline, lintian, same as deb-all",
+            Box::new(move |sh: &Shell| xtask_pack::dsc::test_step(sh, &built(sh, &d4)?)),
+        ),
+        (
+            "packages: reproducible (deb-all again from a copy at another path)",
+            Box::new(move |sh: &Shell| xtask_pack::repro::test_step(sh, &built(sh, &d5)?)),
+        ),
+    ];
+    if vm {
+        steps.push((
+            "packages: install on bookworm (DKMS, VM, container), purge",
+            Box::new(move |sh: &Shell| install_test(sh, &built(sh, &d3)?)),
+        ));
+        steps.push(upgrade);
+    }
+    steps
+}
+
+/// `cargo xtask test-packages`: only these steps, for working on packaging.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Skip lintian.
+    #[arg(long)]
+    no_lintian: bool,
+    /// Skip the install test.
+    #[arg(long)]
+    no_install: bool,
+    #[command(flatten)]
+    upgrade: upgrade::Options,
+}
+
+pub fn cli(args: Args) -> Result<()> {
+    let sh = Shell::new()?;
+    sh.change_dir(paths::root());
+    if args.upgrade.upgrade_only {
+        return upgrade::cli(&sh);
+    }
+    let ws = Workspace::load(&sh)?;
+    let debs = deb::build_everything(&sh, &ws)?;
+    if !args.no_lintian {
+        deb::lintian(&sh, &debs)?;
+    }
+    if !args.no_install {
+        install_test(&sh, &debs)?;
+    }
+    if !args.no_install && !args.upgrade.no_upgrade {
+        upgrade::test(&sh, &debs)?;
+    }
+    Ok(())
+}
+
+/// The .debs, built on first use.
+fn built(sh: &Shell, cache: &Rc<RefCell<Option<Vec<Built>>>>) -> Result<Vec<Built>> {
+    if let Some(debs) = cache.borrow().as_ref() {
+        return Ok(debs.clone());
+    }
+    let ws = Workspace::load(sh)?;
+    let debs = deb::build_everything(sh, &ws)?;
+    for d in &debs {
+        eprintln!("    {}", d.path.display());
+    }
+    *cache.borrow_mut() = Some(debs.clone());
+    Ok(debs)
+}
+
+/// What the archives must be: xz members; a -dbgsym package beside each package with ELF
+/// files; a libgdrapi.a without bitcode whose only global symbols are the API, linking beside
+/// another Rust staticlib (staticlib.rs). Prints the sizes.
+fn contents_check(sh: &Shell, debs: &[Built]) -> Result<()> {
+    for b in debs {
+        for deb in std::iter::once(&b.path).chain(b.dbgsym.iter()) {
+            let members = cmd!(sh, "ar t {deb}").quiet().read()?;
+            let members: Vec<&str> = members.lines().collect();
+            ensure!(
+                members == ["debian-binary", "control.tar.xz", "data.tar.xz"],
+                "{}: members {members:?}, expected xz-compressed control and data",
+                deb.display()
+            );
+            let size = fs::metadata(deb)?.len();
+            eprintln!("    {:>9} KiB  {}", size.div_ceil(1024), deb.display());
+        }
+        let has_elf = !elf::elf_files(&b.package.tree())?.is_empty();
+        ensure!(
+            has_elf == b.dbgsym.is_some(),
+            "{}: {} ELF files, but {} -dbgsym package",
+            b.package.deb_name(),
+            if has_elf { "has" } else { "no" },
+            if b.dbgsym.is_some() { "a" } else { "no" }
+        );
+    }
+    let lib = find(debs, Package::Lib)?;
+    let arch = stage::host_arch()?;
+    let archive = lib
+        .package
+        .tree()
+        .join(format!("usr/lib/{}/libgdrapi.a", arch.multiarch));
+    crate::staticlib::check(sh, &archive, None)
+}
+
+fn timed(what: &str, start: Instant) {
+    eprintln!("    {what}: {:.1} s", start.elapsed().as_secs_f64());
+}
+
+fn find(debs: &[Built], package: Package) -> Result<&Built> {
+    debs.iter()
+        .find(|d| d.package == package)
+        .with_context(|| format!("no .deb was built for {package:?}"))
+}
+
+/// Copies the .debs into the root's /tmp/debs; returns their paths there.
+fn put_debs(root: &Root, debs: &[&Built]) -> Result<Vec<String>> {
+    let _lock = xtask_base::files::lock()?;
+    let dir = root.new_file("/tmp/debs");
+    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut inside = Vec::new();
+    for d in debs {
+        let name = d
+            .path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .context("deb file name")?;
+        fs::copy(&d.path, dir.join(name)).with_context(|| format!("copying {name}"))?;
+        inside.push(format!("/tmp/debs/{name}"));
+    }
+    Ok(inside)
+}
+
+/// Where mtgdrdrv-dkms installs debian/mtgdrdrv.modprobe.conf, the softdep on mtgpu.
+const SOFTDEP: &str = "/usr/lib/modprobe.d/mtgdrdrv.conf";

@@ -1,0 +1,483 @@
+//! Debian bookworm root file systems for the install test, as overlayfs layers made with
+//! debootstrap and apt, cached in `cache_dir()/roots/bookworm/`:
+//!
+//! - `minbase`: `debootstrap --variant=minbase`, with apt sources copied from this machine's
+//!   configuration (no mirror is named in the repository). Alone, it stands in for a container
+//!   image.
+//! - `dkms-<kernel>-<headers version>`, on top of minbase: what a host running the packages has
+//!   (dkms, the headers of the VM's kernel, udev, openssl for DKMS's module signing) and what
+//!   the test itself uses (libc6-dev and pkgconf, for a consumer built against libgdrapi).
+//!
+//! Each layer is built once into a temporary directory and renamed into place when complete;
+//! rebuilding minbase drops the layers above it. A test never changes them: its root is an
+//! overlay of the cached layers with a fresh upper directory in build/pkgtest/<name>/, kept
+//! after the run for inspection (the upper directory holds exactly what the test changed) and
+//! cleared by the next one.
+//!
+//! Commands run through `chroot` with a clean environment, inside a private mount namespace
+//! (`unshare --mount`) where the overlay and /proc (dkms needs it) are mounted for them; the
+//! mounts vanish with the namespace, so none outlives a run, even a killed one. That needs root
+//! with CAP_SYS_ADMIN: in a container, run it privileged. Device nodes come from debootstrap.
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use xshell::{cmd, Shell};
+
+use xtask_base::kernel::Kernel;
+use xtask_base::{host, paths};
+
+const SUITE: &str = "bookworm";
+const PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// A root file system we run commands in: read-only `layers` (top first) under `upper`.
+pub struct Root {
+    layers: Vec<PathBuf>,
+    upper: PathBuf,
+    work: PathBuf,
+    merged: PathBuf,
+    log: PathBuf,
+}
+
+impl Root {
+    /// A root of `layers` (top first) with an empty upper directory at build/pkgtest/<name>/;
+    /// commands log to build/pkgtest/<name>.log.
+    pub fn fresh(layers: Vec<PathBuf>, name: &str) -> Result<Root> {
+        let base = paths::build_dir().join("pkgtest");
+        let dir = base.join(name);
+        if dir.exists() {
+            fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+        }
+        Root::with_upper(
+            layers,
+            dir.join("upper"),
+            &dir,
+            base.join(format!("{name}.log")),
+        )
+    }
+
+    /// A root writing into `upper` (a layer being built), its overlay bookkeeping in `scratch`.
+    fn with_upper(
+        layers: Vec<PathBuf>,
+        upper: PathBuf,
+        scratch: &Path,
+        log: PathBuf,
+    ) -> Result<Root> {
+        let root = Root {
+            layers,
+            upper,
+            work: scratch.join("work"),
+            merged: scratch.join("merged"),
+            log,
+        };
+        for dir in [&root.upper, &root.work, &root.merged] {
+            fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        if let Some(dir) = root.log.parent() {
+            fs::create_dir_all(dir)?;
+        }
+        fs::write(&root.log, "").with_context(|| format!("creating {}", root.log.display()))?;
+        Ok(root)
+    }
+
+    /// Where a new file for `path` (absolute, inside the root) goes: the upper directory.
+    pub fn new_file(&self, path: &str) -> PathBuf {
+        self.upper.join(path.trim_start_matches('/'))
+    }
+
+    /// Runs `args` inside the root as root with a clean environment; fails on a non-zero exit
+    /// with the end of its output. Returns stdout. Output is also appended to the log.
+    pub fn run(&self, sh: &Shell, args: &[&str]) -> Result<String> {
+        let (ok, stdout, stderr) = self.output(sh, args)?;
+        if !ok {
+            let all = format!("{stdout}{stderr}");
+            let lines: Vec<&str> = all.lines().collect();
+            let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+            bail!(
+                "`{}` failed in the root {}:\n{tail}\n(all output: {})",
+                args.join(" "),
+                self.upper.display(),
+                self.log.display()
+            );
+        }
+        Ok(stdout)
+    }
+
+    /// Like `run` but returns (success, stdout, stderr) whatever the exit status.
+    pub fn output(&self, sh: &Shell, args: &[&str]) -> Result<(bool, String, String)> {
+        let wrapper = in_root_script()?;
+        let lower = if self.layers.is_empty() {
+            "-".to_owned()
+        } else {
+            self.layers
+                .iter()
+                .map(|l| l.display().to_string())
+                .collect::<Vec<_>>()
+                .join(":")
+        };
+        let (upper, work, merged) = (&self.upper, &self.work, &self.merged);
+        let out = cmd!(
+            sh,
+            "unshare --mount --propagation private --fork -- sh {wrapper} {lower} {upper} {work} {merged} /usr/bin/env -i {PATH} HOME=/root LC_ALL=C DEBIAN_FRONTEND=noninteractive {args...}"
+        )
+        .quiet()
+        .ignore_status()
+        .output()
+        .context("running unshare and chroot (util-linux, coreutils)")?;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let mut log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .with_context(|| format!("opening {}", self.log.display()))?;
+        writeln!(
+            log,
+            "### {} (exit {:?})\n{stdout}{stderr}",
+            args.join(" "),
+            out.status.code()
+        )?;
+        if out.status.code() == Some(125) && stderr.contains("in-root.sh:") {
+            bail!("{}", stderr.trim());
+        }
+        Ok((out.status.success(), stdout, stderr))
+    }
+
+    /// Whether `path` exists in the root (as a file, directory or symlink target).
+    pub fn exists(&self, sh: &Shell, path: &str) -> Result<bool> {
+        Ok(self.output(sh, &["test", "-e", path])?.0)
+    }
+
+    pub fn read(&self, sh: &Shell, path: &str) -> Result<String> {
+        self.run(sh, &["cat", path])
+    }
+
+    /// Copies `paths` (symlinks followed) into a fresh /tmp/<name>/ inside the root, keeping
+    /// their directories, and returns that directory as seen from here.
+    pub fn export(&self, sh: &Shell, paths: &[&str], name: &str) -> Result<PathBuf> {
+        let dir = format!("/tmp/{name}");
+        self.run(sh, &["rm", "-rf", &dir])?;
+        self.run(sh, &["mkdir", "-p", &dir])?;
+        let mut args = vec!["cp", "-L", "--parents"];
+        args.extend(paths);
+        args.push(&dir);
+        self.run(sh, &args)?;
+        Ok(self.new_file(&dir))
+    }
+
+    /// Every file, directory and symlink, skipping what changes on its own or belongs to dpkg
+    /// and apt's bookkeeping: what a package could leave behind.
+    pub fn file_list(&self, sh: &Shell) -> Result<Vec<String>> {
+        let mut args = vec!["find", "/", "-xdev", "("];
+        for (i, dir) in [
+            "/proc",
+            "/sys",
+            "/dev",
+            "/tmp",
+            "/run",
+            "/root",
+            "/var/lib/dpkg",
+            "/var/lib/apt",
+            "/var/cache",
+            "/var/log",
+        ]
+        .iter()
+        .enumerate()
+        {
+            if i > 0 {
+                args.push("-o");
+            }
+            args.extend(["-path", dir]);
+        }
+        args.extend([")", "-prune", "-o", "-print"]);
+        let out = self.run(sh, &args)?;
+        let mut files: Vec<String> = out.lines().map(String::from).collect();
+        files.sort();
+        Ok(files)
+    }
+}
+
+/// The minbase layer (a container image's stand-in), built on first use.
+pub fn minbase(sh: &Shell) -> Result<PathBuf> {
+    let dir = roots_dir().join("minbase");
+    if dir.join(STAMP).exists() {
+        return Ok(dir);
+    }
+    host::ensure_host_packages(&["debootstrap"])?;
+    // Layers built on an older minbase do not fit a new one.
+    if let Ok(entries) = fs::read_dir(roots_dir()) {
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().starts_with("dkms-") {
+                fs::remove_dir_all(entry.path())?;
+            }
+        }
+    }
+    build_layer(&dir, |tmp, scratch| {
+        let mirror = host_mirror()?;
+        eprintln!(
+            "xtask: debootstrap --variant=minbase {SUITE} from {mirror} (once; cached in {})",
+            dir.display()
+        );
+        let t = Instant::now();
+        let log = scratch.join("debootstrap.log");
+        let out = cmd!(sh, "debootstrap --variant=minbase {SUITE} {tmp} {mirror}")
+            .quiet()
+            .ignore_status()
+            .output()
+            .context("running debootstrap")?;
+        fs::write(
+            &log,
+            [out.stdout.as_slice(), out.stderr.as_slice()].concat(),
+        )?;
+        if !out.status.success() {
+            bail!(
+                "debootstrap failed ({}); its log: {}",
+                out.status,
+                log.display()
+            );
+        }
+        use_host_apt_sources(tmp)?;
+        // Services never start in these roots (policy-rc.d(8)).
+        xtask_base::files::put_text(
+            &tmp.join("usr/sbin/policy-rc.d"),
+            "#!/bin/sh\n# Installed by cargo xtask test: no services in this root.\nexit 101\n",
+            0o755,
+        )?;
+        let root = Root::with_upper(
+            Vec::new(),
+            tmp.to_path_buf(),
+            scratch,
+            scratch.join("apt.log"),
+        )?;
+        root.run(sh, &["apt-get", "update", "-q"])?;
+        root.run(sh, &["apt-get", "clean"])?;
+        eprintln!("    minbase ready ({:.0} s)", t.elapsed().as_secs_f64());
+        Ok(())
+    })?;
+    Ok(dir)
+}
+
+/// The layers of the host root, top first: dkms and the headers of `kernel` on minbase.
+pub fn dkms_layers(sh: &Shell, kernel: &Kernel) -> Result<Vec<PathBuf>> {
+    let release = &kernel.release;
+    let format = "${Version}";
+    let version = cmd!(sh, "dpkg-query -W -f {format} linux-headers-{release}")
+        .quiet()
+        .read()
+        .with_context(|| format!("reading the version of linux-headers-{release}"))?;
+    let minbase = minbase(sh)?;
+    let dir = roots_dir().join(format!("dkms-{release}-{version}-{DKMS_LAYER_RECIPE}"));
+    if dir.join(STAMP).exists() {
+        return Ok(vec![dir, minbase]);
+    }
+    // Layers for another kernel or recipe are not used again.
+    for entry in fs::read_dir(roots_dir())?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("dkms-") && entry.path() != dir {
+            fs::remove_dir_all(entry.path())
+                .with_context(|| format!("removing {}", entry.path().display()))?;
+        }
+    }
+    build_layer(&dir, |tmp, scratch| {
+        eprintln!(
+            "xtask: adding dkms and linux-headers-{release} to the root (once; cached in {})",
+            dir.display()
+        );
+        let t = Instant::now();
+        let root = Root::with_upper(
+            vec![minbase.clone()],
+            tmp.to_path_buf(),
+            scratch,
+            scratch.join("apt.log"),
+        )?;
+        let headers = format!("linux-headers-{release}={version}");
+        root.run(sh, &["apt-get", "update", "-q"])?;
+        root.run(
+            sh,
+            &[
+                "apt-get",
+                "install",
+                "-y",
+                "-q",
+                "--no-install-recommends",
+                "dkms",
+                &headers,
+                "udev",
+                "openssl",
+                "libc6-dev",
+                "pkgconf",
+            ],
+        )
+        .with_context(|| {
+            format!(
+                "installing dkms and {headers} in the root; the mirror must still carry the \
+                 headers of the kernel the VM boots (this machine's)"
+            )
+        })?;
+        // The module indexes every host with this kernel has (here only the headers are
+        // installed), so that depmod's runs during the test create nothing new.
+        root.run(sh, &["depmod", "-a", release])?;
+        root.run(sh, &["apt-get", "clean"])?;
+        eprintln!("    DKMS layer ready ({:.0} s)", t.elapsed().as_secs_f64());
+        Ok(())
+    })?;
+    Ok(vec![dir, minbase])
+}
+
+/// Changes whenever `dkms_layers` installs something else, so that cached layers are rebuilt.
+const DKMS_LAYER_RECIPE: &str = "r2";
+
+/// Marks a complete layer.
+const STAMP: &str = ".mtgdrcopy-layer-complete";
+
+fn roots_dir() -> PathBuf {
+    paths::cache_dir().join("roots").join(SUITE)
+}
+
+/// Builds a layer into `.<name>.tmp-<pid>/layer` (overlay scratch next to it) and renames it to
+/// `dir` when `build` succeeded.
+fn build_layer(dir: &Path, build: impl FnOnce(&Path, &Path) -> Result<()>) -> Result<()> {
+    let parent = dir.parent().context("a layer directory has a parent")?;
+    let name = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .context("layer directory name")?;
+    let scratch = parent.join(format!(".{name}.tmp-{}", std::process::id()));
+    if scratch.exists() {
+        fs::remove_dir_all(&scratch)?;
+    }
+    let layer = scratch.join("layer");
+    fs::create_dir_all(&layer).with_context(|| format!("creating {}", layer.display()))?;
+    if let Err(e) = build(&layer, &scratch) {
+        // Kept for diagnosis (logs inside); the next attempt uses another name.
+        return Err(e.context(format!(
+            "the partial layer is left in {}",
+            scratch.display()
+        )));
+    }
+    fs::write(layer.join(STAMP), "")?;
+    if dir.exists() {
+        fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
+    }
+    fs::rename(&layer, dir)
+        .with_context(|| format!("moving {} to {}", layer.display(), dir.display()))?;
+    // Overlay's work directory is root-only and may hold whiteouts; it goes with the scratch.
+    fs::remove_dir_all(&scratch).with_context(|| format!("removing {}", scratch.display()))
+}
+
+/// The script that mounts a root and runs a command chrooted in it; run inside `unshare
+/// --mount`, so the mounts end with the namespace.
+fn in_root_script() -> Result<PathBuf> {
+    let path = paths::build_dir().join("pkgtest/in-root.sh");
+    let text = r#"#!/bin/sh
+# Written by cargo xtask test.
+#   sh in-root.sh LOWER UPPER WORK MERGED COMMAND...
+# mounts the overlay LOWER (colon-separated layers, top first; "-": UPPER alone) + UPPER at
+# MERGED, /proc in it, and runs COMMAND chrooted there. Run inside `unshare --mount`.
+set -e
+lower=$1 upper=$2 work=$3 merged=$4
+shift 4
+fail() {
+	echo "in-root.sh: cannot mount $1 (root with CAP_SYS_ADMIN is needed; in a container, run it privileged)" >&2
+	exit 125
+}
+if [ "$lower" = - ]; then
+	mount --bind "$upper" "$merged" || fail "$upper"
+else
+	mount -t overlay overlay -o "lowerdir=$lower,upperdir=$upper,workdir=$work" "$merged" ||
+		fail "the overlay of $lower"
+fi
+mount -t proc proc "$merged/proc" || fail /proc
+exec chroot "$merged" "$@"
+"#;
+    if fs::read_to_string(&path).ok().as_deref() != Some(text) {
+        xtask_base::files::put_text(&path, text, 0o755)?;
+    }
+    Ok(path)
+}
+
+/// The first `bookworm` mirror of this machine's apt sources (deb822 `.sources` files or
+/// one-line `sources.list` entries).
+fn host_mirror() -> Result<String> {
+    for (path, text) in host_sources()? {
+        if path.extension().is_some_and(|e| e == "sources") {
+            for stanza in text.split("\n\n") {
+                let field = |name: &str| {
+                    stanza.lines().find_map(|l| {
+                        let (k, v) = l.split_once(':')?;
+                        (k.trim().eq_ignore_ascii_case(name)).then(|| v.trim().to_owned())
+                    })
+                };
+                let suites = field("Suites").unwrap_or_default();
+                let types = field("Types").unwrap_or_else(|| "deb".into());
+                if types.split_whitespace().any(|t| t == "deb")
+                    && suites.split_whitespace().any(|s| s == SUITE)
+                {
+                    if let Some(uri) =
+                        field("URIs").and_then(|u| u.split_whitespace().next().map(String::from))
+                    {
+                        return Ok(uri);
+                    }
+                }
+            }
+        } else {
+            for line in text.lines() {
+                let mut words = line
+                    .split_whitespace()
+                    .filter(|w| !w.starts_with('['))
+                    .take(3);
+                if let (Some("deb"), Some(uri), Some(suite)) =
+                    (words.next(), words.next(), words.next())
+                {
+                    if suite == SUITE {
+                        return Ok(uri.to_owned());
+                    }
+                }
+            }
+        }
+    }
+    bail!("this machine's apt sources have no `deb` entry for {SUITE}: a Debian 12 host is needed")
+}
+
+/// The apt source files apt itself reads: /etc/apt/sources.list and
+/// sources.list.d/*.{list,sources}.
+fn host_sources() -> Result<Vec<(PathBuf, String)>> {
+    let mut files = Vec::new();
+    let main = PathBuf::from("/etc/apt/sources.list");
+    if main.exists() {
+        files.push(main);
+    }
+    if let Ok(entries) = fs::read_dir("/etc/apt/sources.list.d") {
+        let mut more: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "list" || e == "sources"))
+            .collect();
+        more.sort();
+        files.extend(more);
+    }
+    files
+        .into_iter()
+        .map(|p| {
+            let text =
+                fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+            Ok((p, text))
+        })
+        .collect()
+}
+
+/// The root's apt sources become this machine's (security and updates suites included), so
+/// that it gets the same packages, e.g. the kernel headers of the same upload.
+fn use_host_apt_sources(root: &Path) -> Result<()> {
+    let list = root.join("etc/apt/sources.list");
+    if list.exists() {
+        fs::remove_file(&list).with_context(|| format!("removing {}", list.display()))?;
+    }
+    for (path, text) in host_sources()? {
+        let rel = path.strip_prefix("/").unwrap_or(&path);
+        xtask_base::files::put_text(&root.join(rel), &text, 0o644)?;
+    }
+    Ok(())
+}

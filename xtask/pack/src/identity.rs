@@ -1,0 +1,388 @@
+//! Who makes the packages and where the project lives, written in ONE place: debian/control's
+//! Source paragraph (`Maintainer:`, `Homepage:`). `cargo xtask codegen` copies them to
+//! debian/copyright (`Upstream-Contact:` = Maintainer, `Source:` = Homepage) and the
+//! workspace's `repository` (= Homepage), so `codegen --check` catches a copy edited by hand. `release-check` refuses a placeholder
+//! (example.org, *.invalid, ...) in any of them and in the changelogs' newest trailers.
+
+use std::fs;
+use std::path::Path;
+
+use anyhow::{bail, ensure, Context, Result};
+use serde_json::Value;
+use xshell::{cmd, Shell};
+
+use xtask_base::generated::Generated;
+use xtask_base::{deb822, paths};
+
+use crate::versions::{self, Tree};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    /// `Name <address>`.
+    pub maintainer: String,
+    pub homepage: String,
+}
+
+/// The project's identity, from debian/control's Source paragraph.
+pub fn identity() -> Result<Identity> {
+    let path = paths::root().join("debian/control");
+    let text = fs::read_to_string(&path).with_context(|| {
+        format!(
+            "reading {} (its Source paragraph is the one place of Maintainer and Homepage)",
+            path.display()
+        )
+    })?;
+    parse(&text).with_context(|| path.display().to_string())
+}
+
+fn parse(control: &str) -> Result<Identity> {
+    let paragraphs = deb822::parse(control)?;
+    let source = paragraphs
+        .first()
+        .filter(|p| p.has("Source"))
+        .context("the first paragraph is not the Source paragraph")?;
+    let field = |name: &str| -> Result<String> {
+        match source.get(name) {
+            Some(v) if !v.is_empty() && !v.contains('\n') => Ok(v.to_string()),
+            _ => bail!("the Source paragraph needs a one-line {name} field"),
+        }
+    };
+    let maintainer = field("Maintainer")?;
+    let homepage = field("Homepage")?;
+    ensure!(
+        address(&maintainer).is_some() && maintainer.ends_with('>'),
+        "Maintainer {maintainer:?} is not `Name <address>`"
+    );
+    ensure!(
+        homepage.starts_with("https://") && url_host(&homepage).is_some(),
+        "Homepage {homepage:?} is not an https:// URL"
+    );
+    Ok(Identity {
+        maintainer,
+        homepage,
+    })
+}
+
+/// The address of `Name <user@host>` (or of a bare `user@host`).
+fn address(value: &str) -> Option<&str> {
+    let inner = match value.rsplit_once('<') {
+        Some((_, rest)) => rest.strip_suffix('>')?,
+        None => value,
+    };
+    let (user, host) = inner.trim().rsplit_once('@')?;
+    (!user.is_empty() && !host.is_empty()).then_some(inner.trim())
+}
+
+fn url_host(url: &str) -> Option<&str> {
+    let (_, rest) = url.split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = host.split(':').next()?;
+    (!host.is_empty()).then_some(host)
+}
+
+/// The host of a URL or of an e-mail address, if `value` is either.
+fn host(value: &str) -> Option<String> {
+    let host = if value.contains("://") {
+        url_host(value)?
+    } else {
+        address(value)?.rsplit_once('@')?.1
+    };
+    Some(host.trim_end_matches('.').to_ascii_lowercase())
+}
+
+/// Reserved for examples and tests (RFC 2606, RFC 6761): never a real maintainer or homepage.
+fn is_placeholder_host(host: &str) -> bool {
+    let tld = host.rsplit('.').next().unwrap_or(host);
+    let example = ["example.org", "example.com", "example.net"]
+        .iter()
+        .any(|d| host == *d || host.ends_with(&format!(".{d}")));
+    example || ["example", "invalid", "test", "localhost"].contains(&tld)
+}
+
+/// `Some(host)` when `value` is an address or URL on a placeholder host.
+pub fn placeholder(value: &str) -> Option<String> {
+    host(value).filter(|h| is_placeholder_host(h))
+}
+
+/// Every maintainer address and homepage of the tree that is a placeholder, as findings:
+/// debian/control (Maintainer, Uploaders, Homepage, Vcs-*), debian/copyright's header, the
+/// workspace crates' `repository`, `homepage` and `[package.metadata.deb]` maintainers, and the
+/// newest trailer of each changelog.
+pub fn placeholder_findings(sh: &Shell, tree: &Tree) -> Result<Vec<String>> {
+    let root = paths::root();
+    let mut values: Vec<(String, String)> = Vec::new();
+    let control = root.join("debian/control");
+    if control.exists() {
+        let text = fs::read_to_string(&control).context("reading debian/control")?;
+        for p in deb822::parse(&text).context("debian/control")? {
+            for (field, value) in &p.fields {
+                let field = field.to_ascii_lowercase();
+                if !["maintainer", "uploaders", "homepage"].contains(&field.as_str())
+                    && !field.starts_with("vcs-")
+                {
+                    continue;
+                }
+                for v in value.split(',').map(str::trim).filter(|v| !v.is_empty()) {
+                    values.push((format!("debian/control {field}"), v.to_string()));
+                }
+            }
+        }
+    }
+    let copyright =
+        fs::read_to_string(root.join("debian/copyright")).context("reading debian/copyright")?;
+    let header = deb822::parse(&copyright).context("debian/copyright")?;
+    for field in ["Upstream-Contact", "Source"] {
+        let value = header.first().and_then(|h| h.get(field)).unwrap_or("");
+        for line in value.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            values.push((format!("debian/copyright {field}"), line.to_string()));
+        }
+    }
+    values.extend(manifest_values(sh)?);
+    let mut changelogs: Vec<(String, &str)> = tree
+        .packages
+        .iter()
+        .map(|(package, _, text)| {
+            (
+                format!("the {} changelog", package.deb_name()),
+                text.as_str(),
+            )
+        })
+        .collect();
+    let source_changelog = root.join("debian/changelog");
+    let source_text = match source_changelog.exists() {
+        true => fs::read_to_string(&source_changelog).context("reading debian/changelog")?,
+        false => String::new(),
+    };
+    if !source_text.is_empty() {
+        changelogs.push(("debian/changelog".to_string(), &source_text));
+    }
+    for (place, text) in changelogs {
+        let trailer = versions::changelog_section(text)
+            .and_then(|s| s.lines().last().map(str::to_string))
+            .unwrap_or_default();
+        let who = trailer.trim().trim_start_matches("--");
+        let who = who.split("  ").next().unwrap_or("").trim();
+        values.push((format!("{place}, newest trailer"), who.to_string()));
+    }
+    Ok(values
+        .into_iter()
+        .filter_map(|(place, v)| {
+            placeholder(&v).map(|h| format!("{place}: {v} is on the placeholder host {h}"))
+        })
+        .collect())
+}
+
+/// The workspace crates' `repository`, `homepage` and `[package.metadata.deb]` maintainers
+/// (variants' too), each with where it is set.
+fn manifest_values(sh: &Shell) -> Result<Vec<(String, String)>> {
+    let root = paths::root();
+    let _cwd = sh.push_dir(&root);
+    let json = cmd!(sh, "cargo metadata --format-version 1 --no-deps")
+        .quiet()
+        .read()
+        .context("running cargo metadata")?;
+    let meta: Value = serde_json::from_str(&json).context("parsing cargo metadata")?;
+    let mut values = Vec::new();
+    for p in meta["packages"].as_array().into_iter().flatten() {
+        let manifest = p["manifest_path"].as_str().unwrap_or("?");
+        let manifest = Path::new(manifest)
+            .strip_prefix(&root)
+            .unwrap_or(Path::new(manifest));
+        let mut push = |key: &str, v: &Value| {
+            if let Some(v) = v.as_str() {
+                values.push((format!("{} {key}", manifest.display()), v.to_string()));
+            }
+        };
+        push("repository", &p["repository"]);
+        push("homepage", &p["homepage"]);
+        let deb = &p["metadata"]["deb"];
+        push("[package.metadata.deb] maintainer", &deb["maintainer"]);
+        for (name, variant) in deb["variants"].as_object().into_iter().flatten() {
+            push(
+                &format!("[package.metadata.deb.variants.{name}] maintainer"),
+                &variant["maintainer"],
+            );
+        }
+    }
+    Ok(values)
+}
+
+/// The workspace manifest with the identity filled in from debian/control: its `repository`
+/// is the homepage.
+pub fn cargo_manifests(root: &Path, identity: &Identity) -> Result<Vec<Generated>> {
+    let path = root.join("Cargo.toml");
+    let text = fs::read_to_string(&path).context("reading Cargo.toml")?;
+    let (contents, n) = set_toml_string(
+        &text,
+        |s| s == "workspace.package",
+        "repository",
+        &identity.homepage,
+    )?;
+    ensure!(
+        n == 1,
+        "Cargo.toml: [workspace.package] needs one `repository = \"...\"`"
+    );
+    Ok(vec![Generated { path, contents }])
+}
+
+/// Sets the basic-string value of `key` in the tables `in_table` accepts, keeping every other
+/// byte (comments, order); returns the text and how many values it set.
+fn set_toml_string(
+    text: &str,
+    in_table: impl Fn(&str) -> bool,
+    key: &str,
+    value: &str,
+) -> Result<(String, usize)> {
+    ensure!(
+        !value.contains(['"', '\\']) && !value.contains(char::is_control),
+        "{value:?} cannot be written as a plain TOML string"
+    );
+    let mut out = String::with_capacity(text.len());
+    let mut table = String::new();
+    let mut count = 0;
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim();
+        if trimmed.starts_with('[') {
+            table = trimmed.trim_matches(['[', ']']).trim().to_string();
+        }
+        let is_key = trimmed
+            .strip_prefix(key)
+            .is_some_and(|r| r.trim_start().starts_with('='));
+        if !in_table(&table) || !is_key {
+            out.push_str(line);
+            continue;
+        }
+        let Some((before, after)) = line.split_once('"') else {
+            bail!(
+                "`{}`: only a \"basic string\" value can be set",
+                line.trim()
+            );
+        };
+        let Some((old, rest)) = after.split_once('"') else {
+            bail!("`{}`: unterminated string", line.trim());
+        };
+        ensure!(
+            !old.contains('\\'),
+            "`{}`: escapes are not supported",
+            line.trim()
+        );
+        out.push_str(&format!("{before}\"{value}\"{rest}"));
+        count += 1;
+    }
+    Ok((out, count))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_are_recognised() {
+        for value in [
+            "mtgdrcopy developers <packaging@mtgdrcopy.example.org>",
+            "a@example.com",
+            "Dev <dev@EXAMPLE.NET.>",
+            "https://example.org/x",
+            "https://www.example.com:8443/repo",
+            "https://user@mirror.example.net/",
+            "Me <me@host.example>",
+            "Me <me@pkg.invalid>",
+            "http://build.test/",
+            "http://localhost:8080/",
+            "Me <me@localhost>",
+            "https://repo.localhost",
+        ] {
+            assert!(placeholder(value).is_some(), "{value} passed");
+        }
+    }
+
+    #[test]
+    fn real_addresses_pass() {
+        for value in [
+            "mtgdrcopy developers <mtgdrcopy@users.noreply.github.com>",
+            "https://github.com/mtgdrcopy/mtgdrcopy",
+            "Me <me@example.org.uk>",
+            "Me <me@notexample.org>",
+            "https://examples.com/",
+            "https://example.organic/",
+            "https://latest.testing.io/",
+            "https://example.com.evil.io/",
+            "Me <test@debian.org>",
+            "https://localhost.dev/",
+            "not an address",
+            "",
+        ] {
+            assert_eq!(placeholder(value), None, "{value} refused");
+        }
+    }
+
+    #[test]
+    fn identity_comes_from_the_source_paragraph() {
+        let control = "Source: mtgdrcopy\nMaintainer: A B <a@b.org>\nHomepage: https://b.org/a\n\n\
+                       Package: x\nMaintainer: other <o@o.org>\n";
+        assert_eq!(
+            parse(control).unwrap(),
+            Identity {
+                maintainer: "A B <a@b.org>".into(),
+                homepage: "https://b.org/a".into()
+            }
+        );
+        for bad in [
+            "Package: x\nMaintainer: A <a@b.org>\nHomepage: https://b.org\n",
+            "Source: x\nHomepage: https://b.org\n",
+            "Source: x\nMaintainer: A <a@b.org>\n",
+            "Source: x\nMaintainer: nobody\nHomepage: https://b.org\n",
+            "Source: x\nMaintainer: A <a@b.org>\nHomepage: ftp://b.org\n",
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_tree_reads_its_identity_from_debian_control() {
+        let id = identity().unwrap();
+        assert_eq!(placeholder(&id.maintainer), None);
+        assert_eq!(placeholder(&id.homepage), None);
+    }
+
+    #[test]
+    fn the_tree_has_no_placeholder_and_a_changelog_placeholder_is_found() {
+        let sh = Shell::new().unwrap();
+        let ws = xtask_base::workspace::Workspace::load(&sh).unwrap();
+        let mut tree = Tree::load(&ws).unwrap();
+        assert_eq!(
+            placeholder_findings(&sh, &tree).unwrap(),
+            Vec::<String>::new()
+        );
+        let name = tree.packages[0].0.deb_name();
+        let changelog = &mut tree.packages[0].2;
+        *changelog = changelog.replace(
+            "<mtgdrcopy@users.noreply.github.com>",
+            "<packaging@mtgdrcopy.example.org>",
+        );
+        let findings = placeholder_findings(&sh, &tree).unwrap();
+        assert_eq!(findings.len(), 1, "{findings:?}");
+        assert!(findings[0].contains(name), "{findings:?}");
+        assert!(findings[0].contains("example.org"), "{findings:?}");
+    }
+
+    #[test]
+    fn toml_values_are_set_in_place() {
+        let text = "[package]\nmaintainer = \"no\"\n\n[package.metadata.deb]\nname = \"x\"\n\
+                    maintainer = \"Old <o@example.org>\" # who\n\n\
+                    [package.metadata.deb.variants.b]\nmaintainer=\"v\"\n";
+        let deb = |s: &str| s == "package.metadata.deb" || s.starts_with("package.metadata.deb.");
+        let (out, n) = set_toml_string(text, deb, "maintainer", "New <n@n.org>").unwrap();
+        assert_eq!(n, 2);
+        assert_eq!(
+            out,
+            "[package]\nmaintainer = \"no\"\n\n[package.metadata.deb]\nname = \"x\"\n\
+             maintainer = \"New <n@n.org>\" # who\n\n\
+             [package.metadata.deb.variants.b]\nmaintainer=\"New <n@n.org>\"\n"
+        );
+        assert!(set_toml_string(text, deb, "maintainer", "a\"b").is_err());
+        let (_, none) = set_toml_string(text, |s| s == "other", "maintainer", "x").unwrap();
+        assert_eq!(none, 0);
+    }
+}

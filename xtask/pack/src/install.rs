@@ -1,0 +1,278 @@
+//! `cargo xtask install [all|lib|exes|drv]... [--prefix DIR] [--destdir DIR]`: the from-source
+//! install upstream's `make lib_install exes_install drv_install` did. Packages are the better
+//! way on Debian and Ubuntu (README, "Host install with DKMS"); this is for other systems and
+//! for staging (`--destdir`).
+//!
+//! - `lib`: `<libdir>/libgdrapi.so.<version>` with the links `.so.<major>` and `.so`,
+//!   `libgdrapi.a`, `<prefix>/include/gdrapi.h`, `<libdir>/pkgconfig/gdrapi.pc`; then
+//!   `ldconfig` when installing into the live system as root.
+//! - `exes`: the mtgdrcopy-tests programs into `<prefix>/bin`.
+//! - `drv`: mtgdrdrv.ko for the running kernel (or `--kver`) into
+//!   `<destdir>/lib/modules/<kver>/extra`, `depmod`, the udev rule into
+//!   `<prefix>/lib/udev/rules.d` and the modprobe.d softdep (mtgdrdrv loads when mtgpu does)
+//!   into `<prefix>/lib/modprobe.d` (udev, and kmod from Debian 12 on, read both under /usr/local/lib
+//!   too). Without `--destdir` it needs a kernel that can load modules.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{ensure, Context, Result};
+use xshell::{cmd, Shell};
+
+use xtask_base::build::{self, KernelArgs};
+use xtask_base::workspace::Workspace;
+use xtask_base::{files, paths};
+
+use crate::stage;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Component {
+    /// lib, exes and driver.
+    All,
+    Lib,
+    Exes,
+    /// The kernel module (`drv` too, the old `drv_install`'s name).
+    #[value(alias = "drv")]
+    Driver,
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// What to install; several may be given.
+    #[arg(value_enum, default_value = "all")]
+    what: Vec<Component>,
+    /// Installation prefix.
+    #[arg(long, default_value = "/usr/local", value_name = "DIR")]
+    prefix: PathBuf,
+    /// Library directory (default: <prefix>/lib).
+    #[arg(long, value_name = "DIR")]
+    libdir: Option<PathBuf>,
+    /// Staging root prepended to every path (packaging); nothing is run against the live system.
+    #[arg(long, value_name = "DIR")]
+    destdir: Option<PathBuf>,
+    #[command(flatten)]
+    kernel: KernelArgs,
+}
+
+pub fn cli(args: Args) -> Result<()> {
+    let sh = Shell::new()?;
+    sh.change_dir(paths::root());
+    ensure!(
+        args.prefix.is_absolute(),
+        "--prefix must be absolute, not {}",
+        args.prefix.display()
+    );
+    let ws = Workspace::load(&sh)?;
+    let all = args.what.contains(&Component::All);
+    let wants = |c: Component| all || args.what.contains(&c);
+    let live = args.destdir.is_none();
+    // DESTDIR + absolute path, as make does it.
+    let dest = |path: &Path| -> PathBuf {
+        match &args.destdir {
+            Some(root) => root.join(path.strip_prefix("/").unwrap_or(path)),
+            None => path.to_path_buf(),
+        }
+    };
+    let libdir = args
+        .libdir
+        .clone()
+        .unwrap_or_else(|| args.prefix.join("lib"));
+    if wants(Component::Lib) {
+        build::lib(&sh)?;
+        let krate = ws.krate("libgdrapi")?;
+        let (major, _) = krate.major_minor()?;
+        let names = LibNames::new(&krate.version, major);
+        let target = dest(&libdir);
+        install_lib(&sh, &ws, &target, &names)?;
+        let prefix = args.prefix.to_string_lossy();
+        let pc_libdir = match libdir.strip_prefix(&args.prefix) {
+            Ok(rel) => format!("${{prefix}}/{}", rel.display()),
+            Err(_) => libdir.display().to_string(),
+        };
+        let pc = pkg_config(&prefix, &pc_libdir, &krate.version)?;
+        files::put_text(&target.join("pkgconfig/gdrapi.pc"), &pc, 0o644)?;
+        files::put_file(
+            &paths::root().join("libgdrapi/include/gdrapi.h"),
+            &dest(&args.prefix.join("include/gdrapi.h")),
+            0o644,
+        )?;
+        report(&target.join(&names.real));
+        if live {
+            refresh_linker_cache(&sh);
+        }
+    }
+    if wants(Component::Exes) {
+        build::exes(&sh)?;
+        let bins = &ws.krate("mtgdrcopy-tests")?.bins;
+        let bindir = dest(&args.prefix.join("bin"));
+        install_exes(&sh, &ws, bins, &bindir)?;
+        for bin in bins {
+            report(&bindir.join(bin));
+        }
+    }
+    if wants(Component::Driver) {
+        install_driver(&sh, &args, &dest)?;
+    }
+    Ok(())
+}
+
+fn install_driver(sh: &Shell, args: &Args, dest: &dyn Fn(&Path) -> PathBuf) -> Result<()> {
+    let live = args.destdir.is_none();
+    if live {
+        let disabled = std::fs::read_to_string("/proc/sys/kernel/modules_disabled")
+            .map(|s| s.trim() == "1")
+            .unwrap_or(false);
+        ensure!(
+            Path::new("/proc/modules").exists() && !disabled,
+            "this kernel cannot load modules (no /proc/modules, or kernel.modules_disabled=1): \
+             build the packages instead (cargo xtask deb-all) or pass --destdir"
+        );
+    }
+    let release = args.kernel.release()?;
+    let ko = build::driver(sh, &args.kernel)?;
+    let modules = dest(Path::new("/lib/modules")).join(&release).join("extra");
+    files::put_file(&ko, &modules.join("mtgdrdrv.ko"), 0o644)?;
+    report(&modules.join("mtgdrdrv.ko"));
+    let debian = paths::root().join("debian");
+    let rules = dest(&args.prefix.join("lib/udev/rules.d/60-mtgdrdrv.rules"));
+    files::put_file(&debian.join("60-mtgdrdrv.rules"), &rules, 0o644)?;
+    report(&rules);
+    let softdep = dest(&args.prefix.join("lib/modprobe.d/mtgdrdrv.conf"));
+    files::put_file(&debian.join("mtgdrdrv.modprobe.conf"), &softdep, 0o644)?;
+    report(&softdep);
+    if live {
+        cmd!(sh, "depmod -a {release}")
+            .run()
+            .context("running depmod (package kmod)")?;
+        eprintln!(
+            "xtask: installed; load it with `modprobe mtgdrdrv` once mtgpu is loaded \
+             (./insmod.sh does the same from the build tree)"
+        );
+    }
+    Ok(())
+}
+
+fn refresh_linker_cache(sh: &Shell) {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .map(|u| u.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false);
+    if !root {
+        eprintln!("xtask: not root, so ld.so.cache was not refreshed; run `ldconfig` as root");
+        return;
+    }
+    if let Err(e) = cmd!(sh, "ldconfig").run() {
+        eprintln!("xtask: ldconfig failed ({e}); run it by hand");
+    }
+}
+
+fn report(path: &Path) {
+    println!("{}", path.display());
+}
+
+/// File names of the shared library: real name, soname, link name.
+struct LibNames {
+    pub real: String,
+    pub soname: String,
+    pub link: String,
+}
+
+impl LibNames {
+    fn new(version: &str, major: u32) -> LibNames {
+        LibNames {
+            real: format!("libgdrapi.so.{version}"),
+            soname: format!("libgdrapi.so.{major}"),
+            link: "libgdrapi.so".into(),
+        }
+    }
+}
+
+/// The shared library (stripped like dh_strip does, mode 0644 as Debian policy wants), its two
+/// links and the static library (debug info stripped) into `libdir`.
+fn install_lib(sh: &Shell, ws: &Workspace, libdir: &Path, names: &LibNames) -> Result<()> {
+    fs::create_dir_all(libdir).with_context(|| format!("creating {}", libdir.display()))?;
+    let release = ws.release_dir();
+    let real = libdir.join(&names.real);
+    let built = release.join("libgdrapi.so");
+    strip(sh, ws)?
+        .args([
+            "--remove-section=.comment",
+            "--remove-section=.note",
+            "--strip-unneeded",
+        ])
+        .arg("-o")
+        .args([&real, &built])
+        .quiet()
+        .run()
+        .context("stripping libgdrapi.so (binutils)")?;
+    files::set_mode(&real, 0o644)?;
+    files::put_symlink(&names.real, &libdir.join(&names.soname))?;
+    files::put_symlink(&names.soname, &libdir.join(&names.link))?;
+    // The static library as the package has it: only the gdr_* symbols global.
+    let archive = libdir.join("libgdrapi.a");
+    let reduced = xtask_base::paths::build_dir().join("libgdrapi.a.reduced");
+    let script = paths::root().join("debian/scripts/static-archive");
+    let built = release.join("libgdrapi.a");
+    cmd!(sh, "{script} {built} {reduced}")
+        .quiet()
+        .run()
+        .context("reducing libgdrapi.a to the gdr_* symbols")?;
+    let built = reduced;
+    strip(sh, ws)?
+        .args([
+            "--strip-debug",
+            "--remove-section=.comment",
+            "--remove-section=.note",
+            "--enable-deterministic-archives",
+            "-o",
+        ])
+        .args([&archive, &built])
+        .quiet()
+        .run()
+        .context("stripping libgdrapi.a (binutils)")?;
+    files::set_mode(&archive, 0o644)
+}
+
+/// gdrapi.pc for a library installed in `libdir` (may use `${prefix}`) with headers in
+/// `<prefix>/include`.
+fn pkg_config(prefix: &str, libdir: &str, version: &str) -> Result<String> {
+    stage::template(
+        &paths::root().join("libgdrapi/gdrapi.pc.in"),
+        &[
+            ("PREFIX", prefix),
+            ("LIBDIR", libdir),
+            ("INCLUDEDIR", "${prefix}/include"),
+            ("VERSION", version),
+        ],
+    )
+}
+
+/// The programs of mtgdrcopy-tests, stripped, into `bindir`.
+fn install_exes(sh: &Shell, ws: &Workspace, bins: &[String], bindir: &Path) -> Result<()> {
+    fs::create_dir_all(bindir).with_context(|| format!("creating {}", bindir.display()))?;
+    for name in bins {
+        let built = ws.release_dir().join(name);
+        let to = bindir.join(name);
+        strip(sh, ws)?
+            .args(["--remove-section=.comment", "--remove-section=.note", "-o"])
+            .args([&to, &built])
+            .quiet()
+            .run()
+            .with_context(|| format!("stripping {name} (binutils)"))?;
+        files::set_mode(&to, 0o755)?;
+    }
+    Ok(())
+}
+
+/// `strip` for the packages' architecture: the cross binutils (in the toolchain chroot, on the
+/// same paths) when cross-building.
+fn strip<'a>(sh: &'a Shell, ws: &Workspace) -> Result<xshell::Cmd<'a>> {
+    match ws.target {
+        Some(target) => xtask_base::cross::binutil(sh, target, "strip"),
+        None => Ok(cmd!(sh, "strip")),
+    }
+}

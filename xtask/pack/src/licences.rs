@@ -1,0 +1,223 @@
+//! The third-party part of debian/copyright, written by `cargo xtask codegen` from the lock file
+//! (`cargo metadata --locked`), so that a dependency change leaves it stale for
+//! `codegen --check` instead of silently wrong.
+//!
+//! Covered: every crate the product crates reach through normal, build and dev dependencies on
+//! every platform, which is what `cargo vendor --versioned-dirs` puts under
+//! `vendor/<name>-<version>/` in the source tarball; xtask's, the fuzzer's and the emulated
+//! libmusa's own dependencies are development tools, neither shipped nor vendored. One Files
+//! paragraph each, saying whether the binary packages link it; one for the Rust standard
+//! library, which every Rust binary links; then one standalone License paragraph per short
+//! name that the hand-written part above does not already give. Licence texts come from the
+//! crates' own licence files, except those Debian ships in /usr/share/common-licenses.
+
+mod crates;
+mod dep5;
+mod render;
+mod spdx;
+mod texts;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use xshell::Shell;
+
+use xtask_base::generated::Generated;
+
+use crate::identity::Identity;
+
+use crates::{dependencies, metadata, TARGETS};
+use render::copyright;
+use texts::licence_files;
+
+/// debian/copyright with its generated part and header fields up to date.
+pub fn generate(root: &Path, identity: &Identity) -> Result<Generated> {
+    let path = root.join("debian/copyright");
+    let current = fs::read_to_string(&path).context("reading debian/copyright")?;
+    let sh = Shell::new()?;
+    sh.change_dir(root);
+    let all = metadata(&sh, None)?;
+    let per_target = TARGETS
+        .iter()
+        .map(|t| metadata(&sh, Some(t)))
+        .collect::<Result<Vec<_>>>()?;
+    let mut deps = Vec::new();
+    for dep in dependencies(&all, &per_target)? {
+        let files = licence_files(&dep)?;
+        deps.push((dep, files));
+    }
+    let contents = copyright(&current, identity, &deps)?;
+    Ok(Generated { path, contents })
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Usage {
+    /// Statically linked into these binary packages.
+    Linked(Vec<&'static str>),
+    /// Compiled for Linux but not linked: build scripts, procedural macros, tests.
+    Build,
+    /// A dependency on other platforms only.
+    Vendored,
+}
+
+#[derive(Clone, Debug)]
+struct Dep {
+    name: String,
+    version: String,
+    /// Cargo.toml `license` (SPDX).
+    license: Option<String>,
+    /// Cargo.toml `license-file`.
+    license_file: Option<String>,
+    authors: Vec<String>,
+    usage: Usage,
+    dir: PathBuf,
+}
+
+struct LicenceFile {
+    text: String,
+}
+
+/// Test data the submodules' tests share.
+#[cfg(test)]
+mod fixtures {
+    use super::LicenceFile;
+
+    pub(super) fn files(texts: &[&str]) -> Vec<LicenceFile> {
+        texts
+            .iter()
+            .map(|t| LicenceFile {
+                text: t.to_string(),
+            })
+            .collect()
+    }
+
+    pub(super) const ISC_FILE: &str = "Copyright (c) 2015, Someone\n\n\
+        Permission to use, copy, modify, and/or distribute this software for any purpose\n\
+        with or without fee is hereby granted, provided that the above copyright notice\n\
+        and this permission notice appear in all copies.\n\n\tTHE SOFTWARE IS PROVIDED \"AS IS\".\n";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use xtask_base::{deb822, paths};
+
+    /// The committed file: valid DEP-5 by our rules and by dpkg's parser, header from
+    /// debian/control.
+    #[test]
+    fn the_committed_copyright_is_valid() {
+        let path = paths::root().join("debian/copyright");
+        let text = fs::read_to_string(&path).unwrap();
+        dep5::check(&text).unwrap();
+        let header = &deb822::parse(&text).unwrap()[0];
+        let id = crate::identity::identity().unwrap();
+        assert_eq!(header.get("Upstream-Contact"), Some(id.maintainer.as_str()));
+        assert_eq!(header.get("Source"), Some(id.homepage.as_str()));
+        assert!(text.contains("\nFiles: vendor/libloading-"));
+
+        let has_dpkg = std::process::Command::new("perl")
+            .args(["-MDpkg::Control::HashCore", "-e", "1"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !has_dpkg {
+            eprintln!("skipped dpkg's parser: no perl with Dpkg::Control (package libdpkg-perl)");
+            return;
+        }
+        let script = "open(my $fh, '<', $ARGV[0]) or die; my $n = 0; \
+                      while (Dpkg::Control::HashCore->new->parse($fh, $ARGV[0])) { $n++ } \
+                      print $n";
+        let out = std::process::Command::new("perl")
+            .args(["-MDpkg::Control::HashCore", "-e", script])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let count = deb822::parse(&text).unwrap().len();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), count.to_string());
+    }
+
+    /// Lintian's DEP-5 check runs on source packages only: build a minimal one around the
+    /// committed copyright (one file under each vendor/ pattern) and run it.
+    #[test]
+    fn lintian_accepts_the_copyright_in_a_source_package() {
+        let has = |tool: &str| {
+            std::process::Command::new(tool)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        if !has("lintian") || !has("dpkg-source") {
+            eprintln!("skipped: lintian or dpkg-source is not installed");
+            return;
+        }
+        let copyright = fs::read_to_string(paths::root().join("debian/copyright")).unwrap();
+        let dir = std::env::temp_dir().join(format!("xtask-licences-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let tree = dir.join("mtgdrcopy-1.0.0");
+        let write = |rel: &str, text: &str| {
+            let path = tree.join(rel);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, text).unwrap();
+        };
+        write("debian/copyright", &copyright);
+        write("debian/source/format", "3.0 (native)\n");
+        write("debian/rules", "#!/usr/bin/make -f\n%:\n\tdh $@\n");
+        write(
+            "debian/control",
+            "Source: mtgdrcopy\nSection: libs\nPriority: optional\n\
+             Maintainer: mtgdrcopy developers <mtgdrcopy@users.noreply.github.com>\n\
+             Build-Depends: debhelper-compat (= 13)\nStandards-Version: 4.6.2\n\
+             Rules-Requires-Root: no\n\n\
+             Package: libgdrapi\nArchitecture: any\nDepends: ${misc:Depends}\n\
+             Description: test\n test package.\n",
+        );
+        write(
+            "debian/changelog",
+            "mtgdrcopy (1.0.0) unstable; urgency=medium\n\n  * Test.\n\n \
+             -- mtgdrcopy developers <mtgdrcopy@users.noreply.github.com>  \
+             Mon, 30 Nov 2026 10:30:00 +0000\n",
+        );
+        write("mtgdrdrv/kmod/mtgdrdrv.c", "x\n");
+        write("README.md", "x\n");
+        for p in deb822::parse(&copyright).unwrap() {
+            for pattern in p.get("Files").unwrap_or("").split_whitespace() {
+                if let Some(dir) = pattern.strip_prefix("vendor/") {
+                    write(
+                        &format!("vendor/{}Cargo.toml", dir.trim_end_matches('*')),
+                        "x\n",
+                    );
+                }
+            }
+        }
+        let run = |args: &[&str]| {
+            std::process::Command::new(args[0])
+                .args(&args[1..])
+                .current_dir(&dir)
+                .output()
+                .unwrap()
+        };
+        let built = run(&["dpkg-source", "-b", "mtgdrcopy-1.0.0"]);
+        assert!(
+            built.status.success(),
+            "{}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+        let out = run(&["lintian", "-EvIL", "+pedantic", "mtgdrcopy_1.0.0.dsc"]);
+        let _ = fs::remove_dir_all(&dir);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let tags: Vec<&str> = stdout
+            .lines()
+            .filter(|l| !l.starts_with("N:"))
+            .filter(|l| l.contains("copyright"))
+            // The standard library is in no file of the source (see its paragraph).
+            .filter(|l| !l.contains("superfluous-file-pattern rust-std/*"))
+            .collect();
+        assert!(tags.is_empty(), "lintian:\n{}", tags.join("\n"));
+    }
+}

@@ -1,0 +1,322 @@
+//! One version source: the crates' versions. The driver's and the library's version constants
+//! are computed from them at compile time (`CARGO_PKG_VERSION_MAJOR`/`_MINOR`, see
+//! mtgdrdrv/src/version.rs and libgdrapi/src/lib.rs) and generated into the headers (whose
+//! freshness is the codegen check), and libgdrapi asserts at compile time that the release's
+//! driver and library accept each other. What is left to reconcile is checked here, and
+//! [`check`] lists every disagreement at once (a `cargo xtask test` step and the first check of
+//! `cargo xtask release-check`):
+//!
+//! - `mtgdrcopy-tests` and the `mtgdrcopy` metapackage (and bundle) are released with the
+//!   library and carry its version;
+//! - dkms.conf's `PACKAGE_VERSION` is `@VERSION@` (filled in from mtgdrdrv/Cargo.toml at
+//!   staging), never a number;
+//! - the root Cargo.toml's `[workspace.dependencies]` pin the path crates' exact versions;
+//! - each package's `debian/<package>.changelog` starts with an entry for the package's Debian
+//!   version (staging refuses otherwise, through [`changelog_entry`]), and debian/changelog
+//!   with the release's.
+
+use std::fs;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+
+use xtask_base::paths;
+use xtask_base::workspace::Workspace;
+
+use crate::stage::Package;
+
+/// Everything in a tree that states a version, read once so that the checks are pure functions
+/// (and the unit tests can feed them a tree that disagrees).
+#[derive(Clone, Debug)]
+pub struct Tree {
+    /// (crate, version) of the four crates that are packaged.
+    pub crates: Vec<(String, String)>,
+    /// (package, its Debian version (deb.rs), its changelog's text).
+    pub packages: Vec<(Package, String, String)>,
+    /// debian/changelog: the source package's, at the release's (mtgdrcopy-meta's) version.
+    pub source_changelog: String,
+    pub dkms_template: String,
+    /// The root Cargo.toml, whose `[workspace.dependencies]` pin the two path crates' versions.
+    pub workspace_manifest: String,
+}
+
+fn read(path: &Path) -> Result<String> {
+    fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+}
+
+impl Tree {
+    pub fn load(ws: &Workspace) -> Result<Tree> {
+        let root = paths::root();
+        let mut crates = Vec::new();
+        for name in ["mtgdrdrv", "libgdrapi", "mtgdrcopy-tests", "mtgdrcopy-meta"] {
+            crates.push((name.to_owned(), ws.krate(name)?.version.clone()));
+        }
+        let mut packages = Vec::new();
+        for package in Package::SPLIT.into_iter().chain([Package::Bundle]) {
+            let version = crate::deb::package_version(ws, package)?;
+            let changelog = read(&package.changelog())?;
+            packages.push((package, version, changelog));
+        }
+        Ok(Tree {
+            crates,
+            packages,
+            source_changelog: read(&root.join("debian/changelog"))?,
+            dkms_template: read(&root.join("dkms/dkms.conf.in"))?,
+            workspace_manifest: read(&root.join("Cargo.toml"))?,
+        })
+    }
+
+    fn crate_version(&self, name: &str) -> &str {
+        self.crates
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+            .unwrap_or_default()
+    }
+}
+
+/// Checks the newest entry of a package's changelog: `<package> (<version>) <dist>; ...`.
+/// Used by staging too, so no .deb is built without its changelog entry.
+/// The source package's name (debian/control).
+const SOURCE: &str = "mtgdrcopy";
+
+pub fn changelog_entry(package: Package, version: &str, changelog: &str) -> Result<(), String> {
+    let head = changelog.lines().next().unwrap_or_default();
+    // Entries carry the source package's name, whatever the binary package: dpkg-gencontrol
+    // reads debian/<package>.changelog and refuses another source name.
+    let expected = format!("{SOURCE} ({version}) ");
+    if head.starts_with(&expected) {
+        Ok(())
+    } else {
+        Err(format!(
+            "debian/{}.changelog: the newest entry is `{head}`, but the package is {} {version}: \
+             add an entry for this version",
+            package.stage_name(),
+            package.deb_name()
+        ))
+    }
+}
+
+/// The distribution of a changelog's newest entry (`unstable`, or `UNRELEASED` while a
+/// release is being prepared).
+pub fn changelog_distribution(changelog: &str) -> Option<&str> {
+    let head = changelog.lines().next()?;
+    let (_, rest) = head.split_once(") ")?;
+    rest.split(';').next().map(str::trim)
+}
+
+/// The newest entry of a changelog: its head line up to and including its trailer line.
+pub fn changelog_section(changelog: &str) -> Option<String> {
+    let mut lines = Vec::new();
+    for line in changelog.lines() {
+        lines.push(line);
+        if line.starts_with(" -- ") {
+            return Some(lines.join("\n"));
+        }
+    }
+    None
+}
+
+/// Every disagreement in `tree`, each a sentence saying which files disagree and how.
+pub fn disagreements(tree: &Tree) -> Vec<String> {
+    let mut findings = Vec::new();
+    let driver_version = tree.crate_version("mtgdrdrv");
+    let library_version = tree.crate_version("libgdrapi");
+
+    for name in ["mtgdrcopy-tests", "mtgdrcopy-meta"] {
+        let version = tree.crate_version(name);
+        if version != library_version {
+            findings.push(format!(
+                "{name} is {version}, but it is released with libgdrapi {library_version}: \
+                 give it the library's version"
+            ));
+        }
+    }
+
+    // dkms.conf must take its version from the crate, never state one.
+    let package_version: Vec<&str> = tree
+        .dkms_template
+        .lines()
+        .filter(|l| l.trim_start().starts_with("PACKAGE_VERSION="))
+        .collect();
+    if package_version != ["PACKAGE_VERSION=\"@VERSION@\""] {
+        findings.push(format!(
+            "dkms/dkms.conf.in: PACKAGE_VERSION must be exactly \"@VERSION@\" (filled in from \
+             mtgdrdrv/Cargo.toml), found {package_version:?}"
+        ));
+    }
+
+    for (name, version) in [("mtgdrdrv", driver_version), ("libgdrapi", library_version)] {
+        let line = tree
+            .workspace_manifest
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{name} = {{")));
+        let pinned = line.and_then(|l| {
+            let (_, rest) = l.split_once("version = \"")?;
+            rest.split('"').next()
+        });
+        if pinned != Some(version) {
+            findings.push(format!(
+                "Cargo.toml: [workspace.dependencies] {name} has version {pinned:?}, but the \
+                 crate is {version}"
+            ));
+        }
+    }
+
+    for (package, version, changelog) in &tree.packages {
+        findings.extend(changelog_entry(*package, version, changelog).err());
+    }
+    let release = tree.crate_version("mtgdrcopy-meta");
+    let source = xtask_base::debian::changelog_version(&tree.source_changelog).unwrap_or_default();
+    let upstream = source.rsplit_once('-').map_or(source, |(u, _)| u);
+    if upstream != crate::deb::upstream_version(release) {
+        findings.push(format!(
+            "debian/changelog: the newest entry is {source:?}, but the release (mtgdrcopy-meta)              is {release}: add an entry for {release}-1"
+        ));
+    }
+
+    findings
+}
+
+/// Loads the tree and fails with every disagreement.
+pub fn check(ws: &Workspace) -> Result<()> {
+    let tree = Tree::load(ws)?;
+    let findings = disagreements(&tree);
+    if !findings.is_empty() {
+        bail!("versions disagree:\n  {}", findings.join("\n  "));
+    }
+    eprintln!(
+        "    versions agree: driver {} (mtgdrdrv-dkms {}), library {} ({} packages)",
+        tree.crate_version("mtgdrdrv"),
+        tree.packages[0].1,
+        tree.crate_version("libgdrapi"),
+        tree.packages.len()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn changelog(name: &str, version: &str) -> String {
+        format!(
+            "{name} ({version}) unstable; urgency=medium\n\n  * Release.\n\n \
+             -- Dev <dev@example.org>  Mon, 30 Nov 2026 10:30:00 +0000\n\n\
+             {name} (0.0.1-1) unstable; urgency=medium\n\n  * Old.\n\n \
+             -- Dev <dev@example.org>  Sun, 29 Nov 2026 10:30:00 +0000\n"
+        )
+    }
+
+    /// A tree where everything agrees: driver 0.3.1, library 1.2.0.
+    fn agreeing() -> Tree {
+        let packages = [
+            (Package::Kmod, "0.3.1-1"),
+            (Package::Lib, "1.2.0-1"),
+            (Package::Tests, "1.2.0-1"),
+            (Package::Meta, "1.2.0-1"),
+            (Package::Bundle, "1.2.0-1+bundle"),
+        ]
+        .into_iter()
+        .map(|(p, v)| (p, v.to_owned(), changelog(SOURCE, v)))
+        .collect();
+        Tree {
+            crates: [
+                ("mtgdrdrv", "0.3.1"),
+                ("libgdrapi", "1.2.0"),
+                ("mtgdrcopy-tests", "1.2.0"),
+                ("mtgdrcopy-meta", "1.2.0"),
+            ]
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect(),
+            packages,
+            source_changelog: changelog("mtgdrcopy", "1.2.0-1"),
+            dkms_template: "PACKAGE_NAME=\"mtgdrdrv\"\nPACKAGE_VERSION=\"@VERSION@\"\n".into(),
+            workspace_manifest: "[workspace.dependencies]\n\
+                                 mtgdrdrv = { path = \"mtgdrdrv\", version = \"0.3.1\" }\n\
+                                 libgdrapi = { path = \"libgdrapi\", version = \"1.2.0\" }\n"
+                .into(),
+        }
+    }
+
+    /// `change` must produce a finding mentioning `needle`.
+    fn disagrees(change: impl FnOnce(&mut Tree), needle: &str) {
+        let mut tree = agreeing();
+        change(&mut tree);
+        let findings = disagreements(&tree);
+        assert!(
+            findings.iter().any(|f| f.contains(needle)),
+            "no finding mentions {needle:?}: {findings:#?}"
+        );
+    }
+
+    fn set_crate(tree: &mut Tree, name: &str, version: &str) {
+        for (n, v) in &mut tree.crates {
+            if n == name {
+                *v = version.to_owned();
+            }
+        }
+    }
+
+    #[test]
+    fn an_agreeing_tree_has_no_findings() {
+        assert_eq!(disagreements(&agreeing()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn the_real_tree_agrees() {
+        let sh = xshell::Shell::new().unwrap();
+        let ws = Workspace::load(&sh).unwrap();
+        let tree = Tree::load(&ws).unwrap();
+        assert_eq!(disagreements(&tree), Vec::<String>::new());
+    }
+
+    #[test]
+    fn each_disagreement_is_found() {
+        disagrees(
+            |t| set_crate(t, "mtgdrcopy-tests", "1.2.1"),
+            "mtgdrcopy-tests is 1.2.1",
+        );
+        disagrees(
+            |t| set_crate(t, "mtgdrcopy-meta", "1.3.0"),
+            "mtgdrcopy-meta is 1.3.0",
+        );
+        disagrees(
+            |t| t.dkms_template = t.dkms_template.replace("@VERSION@", "0.3.1"),
+            "dkms/dkms.conf.in",
+        );
+        disagrees(
+            |t| t.workspace_manifest = t.workspace_manifest.replace("\"0.3.1\"", "\"0.3.0\""),
+            "[workspace.dependencies] mtgdrdrv",
+        );
+        disagrees(
+            |t| t.packages[1].2 = changelog("mtgdrcopy", "1.1.0-1"),
+            "debian/libgdrapi.changelog: the newest entry is `mtgdrcopy (1.1.0-1)",
+        );
+        disagrees(
+            |t| t.packages[4].2 = changelog("mtgdrcopy", "1.2.0-1"),
+            "debian/mtgdrcopy-bundle.changelog",
+        );
+        disagrees(
+            |t| t.packages[0].2 = changelog("mtgdrdrv-dkms", "0.3.1-1"),
+            "debian/mtgdrdrv-dkms.changelog",
+        );
+    }
+
+    #[test]
+    fn changelog_sections_and_distributions() {
+        let text = changelog("libgdrapi", "1.2.0-1");
+        let section = changelog_section(&text).unwrap();
+        assert!(section.starts_with("libgdrapi (1.2.0-1) unstable;"));
+        assert!(section.ends_with("+0000"));
+        assert!(!section.contains("Old."));
+        assert_eq!(changelog_distribution(&text), Some("unstable"));
+        let unreleased = text.replacen("unstable", "UNRELEASED", 1);
+        assert_eq!(changelog_distribution(&unreleased), Some("UNRELEASED"));
+        assert_eq!(
+            changelog_section("libgdrapi (1.0) unstable\n  * no trailer\n"),
+            None
+        );
+    }
+}
