@@ -103,9 +103,7 @@ pub fn invalidation_access_after_free_mumemalloc(ctx: &Ctx) -> Result<()> {
     // SAFETY: the pin keeps the memory and the mapping alive after the free.
     let got = unsafe { load_u32(map) };
     ensure!(got == v, "read {got:#x} after the free, wrote {v:#x}");
-    gdr.unmap(mh, map, SMALL_SIZE)?;
-    gdr.unpin(mh)?;
-    Ok(gdr.close()?)
+    unmap_unpin_close(gdr, mh, map, SMALL_SIZE)
 }
 
 /// Free while pinned: gdr_get_callback_flag stays 0, the whole buffer stays readable and
@@ -207,9 +205,7 @@ pub fn invalidation_fork_access_after_free_mumemalloc(ctx: &Ctx) -> Result<()> {
         note!("child: wrote {v:#x}");
         to_parent.send(u64::from(v))?;
         to_child.recv()?;
-        gdr.unmap(mh, map, SMALL_SIZE)?;
-        gdr.unpin(mh)?;
-        gdr.close()?;
+        unmap_unpin_close(gdr, mh, map, SMALL_SIZE)?;
         Ok(0)
     })?;
 
@@ -237,9 +233,7 @@ pub fn invalidation_fork_access_after_free_mumemalloc(ctx: &Ctx) -> Result<()> {
         got == v,
         "the parent's mapping reads {got:#x} after the free, wrote {v:#x}"
     );
-    gdr.unmap(mh, map, SMALL_SIZE)?;
-    gdr.unpin(mh)?;
-    Ok(gdr.close()?)
+    unmap_unpin_close(gdr, mh, map, SMALL_SIZE)
 }
 
 /// A child forked after gdr_map inherits no mapping: touching the address kills it with
@@ -276,9 +270,7 @@ pub fn invalidation_fork_after_gdr_map_mumemalloc(ctx: &Ctx) -> Result<()> {
     // SAFETY: the parent's mapping is still live.
     let got = unsafe { load_u32(map) };
     ensure!(got == v, "the parent reads {got:#x}, wrote {v:#x}");
-    gdr.unmap(mh, map, SMALL_SIZE)?;
-    gdr.unpin(mh)?;
-    Ok(gdr.close()?)
+    unmap_unpin_close(gdr, mh, map, SMALL_SIZE)
 }
 
 /// A forked child cannot map or query the parent's pinned handle (the driver refuses with
@@ -307,9 +299,7 @@ pub fn invalidation_fork_child_gdr_map_parent_mumemalloc(ctx: &Ctx) -> Result<()
     let info = gdr.info(mh)?;
     ensure!(info.va == buf.ptr, "the parent's pin changed: {info:?}");
     let map = gdr.map(mh, SMALL_SIZE)?;
-    gdr.unmap(mh, map, SMALL_SIZE)?;
-    gdr.unpin(mh)?;
-    Ok(gdr.close()?)
+    unmap_unpin_close(gdr, mh, map, SMALL_SIZE)
 }
 
 /// A child that maps and frees its own buffer does not disturb the parent's separate mapping.
@@ -326,9 +316,7 @@ pub fn invalidation_fork_map_and_free_mumemalloc(ctx: &Ctx) -> Result<()> {
         note!("child: freeing its buffer");
         buf.free()?;
         to_parent.send(1)?;
-        gdr.unmap(mh, map, SMALL_SIZE)?;
-        gdr.unpin(mh)?;
-        gdr.close()?;
+        unmap_unpin_close(gdr, mh, map, SMALL_SIZE)?;
         Ok(0)
     })?;
     let gpu = ctx.gpu()?;
@@ -352,9 +340,7 @@ pub fn invalidation_fork_map_and_free_mumemalloc(ctx: &Ctx) -> Result<()> {
         u32::from_le_bytes([b[0], b[1], b[2], b[3]]) == v,
         "the driver reads other data than the parent wrote"
     );
-    gdr.unmap(mh, map, SMALL_SIZE)?;
-    gdr.unpin(mh)?;
-    Ok(gdr.close()?)
+    unmap_unpin_close(gdr, mh, map, SMALL_SIZE)
 }
 
 /// Sends `fd` and an 8-byte payload over a unix datagram socket.

@@ -264,3 +264,10 @@ pub fn pin_and_map(gdr: &Gdr, addr: DevicePtr, size: usize) -> Result<(gdr_mh_t,
     let map = gdr.map(mh, size)?;
     Ok((mh, map))
 }
+
+/// Undoes [`pin_and_map`] and closes `gdr`: the end of most cases.
+pub fn unmap_unpin_close(gdr: Gdr, mh: gdr_mh_t, map: *mut u8, size: usize) -> Result<()> {
+    gdr.unmap(mh, map, size)?;
+    gdr.unpin(mh)?;
+    Ok(gdr.close()?)
+}
