@@ -286,7 +286,7 @@ fn vma_flags(addr: usize) -> Vec<String> {
 }
 
 /// No mapping is marked VM_PAT ("ar" among its VmFlags on x86), a one-page one neither, with
-/// PAT on or off (`cargo xtask vm --kernel-cmdline nopat` runs it without), and each gives its
+/// PAT on or off (`cargo xtask test` boots 6.1 a second time with `nopat`), and each gives its
 /// memory type back at munmap after an unpin while mapped. A VM_PAT VMA (one
 /// remap call over all of it, on x86 kernels before VM_PAT's removal) finds its reservation
 /// again at munmap from its first PTE; an unpin racing the munmap had zapped it: a kernel

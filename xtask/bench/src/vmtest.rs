@@ -486,6 +486,8 @@ pub fn run_module_tests(sh: &Shell, kernel: &Kernel) -> Result<()> {
         .ok()
         .filter(|v| v.parse::<u64>().is_ok())
         .unwrap_or_else(|| "100000".into());
+    // mtgdrdrv maps differently with PAT off; only kernels with VM_PAT care (6.1, not 7.x).
+    let nopat = (kernel.builder == Builder::Host).then(|| nopat_vm(&spec, kernel));
     // The README's from-source lines build the module with this machine's compiler, so only
     // for a kernel built here (the 6.1 run; the matrix's chroot kernels skip it).
     let from_source = if kernel.builder == Builder::Host {
@@ -511,7 +513,29 @@ pub fn run_module_tests(sh: &Shell, kernel: &Kernel) -> Result<()> {
     if !from_source.is_empty() {
         from_source::check(&outcome.console, &log)?;
     }
+    if let Some((spec, log)) = nopat {
+        let t = Instant::now();
+        vm::run(&spec, &log)?.ensure_passed("the mapping tests with x86 PAT off", &log)?;
+        timed("VM run with nopat", t);
+    }
     Ok(())
+}
+
+/// A second, short boot of the module tests' VM with x86 PAT off (`nopat`): mtgdrdrv then
+/// remaps each physical run in one call, a path that the PAT-on run never takes, and must
+/// still leave no VMA VM_PAT (`lifetimes::mappings_are_never_vm_pat...`).
+fn nopat_vm(spec: &vm::VmSpec, kernel: &Kernel) -> (vm::VmSpec, PathBuf) {
+    let mut spec = spec.clone();
+    spec.extra_cmdline = "nopat".into();
+    spec.script = format!(
+        "{LOAD_ONLY}\n\
+         dmesg | grep -q 'PAT support disabled' || {{ echo 'PAT is still on'; exit 1; }}\n\
+         /opt/mtgdrcopy/vm_module --test-threads=1 basics:: lifetimes::\n"
+    );
+    let log = paths::build_dir()
+        .join("vm")
+        .join(format!("module-tests-nopat-{}.log", kernel.release));
+    (spec, log)
 }
 
 /// The `expect_exit` lines of [`SCRIPT`]: each tool ended with the status it should, and all
