@@ -478,16 +478,9 @@ pub unsafe extern "C" fn muMemcpyHtoD(
     src: *const c_void,
     count: usize,
 ) -> MUresult {
-    ffi(|| {
-        let d = with_context()?;
-        if count == 0 {
-            return Ok(());
-        }
-        if src.is_null() {
-            return Err(MUSA_ERROR_INVALID_VALUE);
-        }
+    host_copy(count, src.is_null(), |d| {
         // SAFETY: `src` is readable for `count` bytes per this function's contract.
-        unsafe { d.emu.write_from(dst, src.cast(), count as u64) }.map_err(from_errno)
+        unsafe { d.emu.write_from(dst, src.cast(), count as u64) }
     })
 }
 
@@ -499,16 +492,28 @@ pub unsafe extern "C" fn muMemcpyDtoH(
     src: MUdeviceptr,
     count: usize,
 ) -> MUresult {
+    host_copy(count, dst.is_null(), |d| {
+        // SAFETY: `dst` is writable for `count` bytes per this function's contract.
+        unsafe { d.emu.read_to(src, dst.cast(), count as u64) }
+    })
+}
+
+/// A copy between the device and `count` bytes of host memory: nothing for 0 bytes, an invalid
+/// value for a NULL host pointer, else `copy` in the current context.
+fn host_copy(
+    count: usize,
+    host_is_null: bool,
+    copy: impl FnOnce(&Driver) -> Result<(), nix::errno::Errno>,
+) -> MUresult {
     ffi(|| {
         let d = with_context()?;
         if count == 0 {
             return Ok(());
         }
-        if dst.is_null() {
+        if host_is_null {
             return Err(MUSA_ERROR_INVALID_VALUE);
         }
-        // SAFETY: `dst` is writable for `count` bytes per this function's contract.
-        unsafe { d.emu.read_to(src, dst.cast(), count as u64) }.map_err(from_errno)
+        copy(d).map_err(from_errno)
     })
 }
 

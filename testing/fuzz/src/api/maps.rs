@@ -5,7 +5,7 @@ use std::ffi::{c_int, c_void};
 
 use gdrapi::capi::*;
 
-use super::{ApiFuzzer, Finding, Step};
+use super::{out_ptr, ApiFuzzer, Finding, Step};
 
 impl ApiFuzzer {
     fn alias_conflict(&self, i: usize) -> bool {
@@ -41,11 +41,7 @@ impl ApiFuzzer {
         };
         let null_out = self.rng.chance(30);
         let mut va: *mut c_void = std::ptr::null_mut();
-        let out: *mut *mut c_void = if null_out {
-            std::ptr::null_mut()
-        } else {
-            &mut va
-        };
+        let out = out_ptr(&mut va, null_out);
         self.note(format!(
             "gdr_map{}(g{g:?}, {:#x}, size {size:#x}, flags {flags}, out null {null_out})",
             if v2 { "_v2" } else { "" },

@@ -249,3 +249,13 @@ impl ApiFuzzer {
         Ok(())
     }
 }
+
+/// An out-parameter for a call under test: `value`'s address, or NULL when the fuzzer passes
+/// none.
+fn out_ptr<T>(value: &mut T, null: bool) -> *mut T {
+    if null {
+        std::ptr::null_mut()
+    } else {
+        value
+    }
+}

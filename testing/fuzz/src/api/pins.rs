@@ -3,7 +3,7 @@
 
 use gdrapi::capi::*;
 
-use super::{ApiFuzzer, Finding, Mh, Step};
+use super::{out_ptr, ApiFuzzer, Finding, Mh, Step};
 
 const K64: u64 = 0x10000;
 const MAX_PIN: u64 = 1 << 40;
@@ -70,11 +70,7 @@ impl ApiFuzzer {
         };
         let null_out = self.rng.chance(30);
         let mut mh = gdr_mh_t { h: 0xdead };
-        let out: *mut gdr_mh_t = if null_out {
-            std::ptr::null_mut()
-        } else {
-            &mut mh
-        };
+        let out = out_ptr(&mut mh, null_out);
         self.note(format!(
             "gdr_pin_buffer{}(g{g:?}, {addr:#x}, {size:#x}, flags {flags:#x}, out null {null_out})",
             if v2 { "_v2" } else { "" }

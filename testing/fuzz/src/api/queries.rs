@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_int};
 
 use gdrapi::capi::*;
 
-use super::{ApiFuzzer, Finding, Step};
+use super::{out_ptr, ApiFuzzer, Finding, Step};
 
 impl ApiFuzzer {
     pub(super) fn op_info(&mut self) -> Step {
@@ -26,11 +26,7 @@ impl ApiFuzzer {
         match which {
             0 => {
                 let mut info = gdr_info_v2::default();
-                let out: *mut gdr_info_v2 = if null_out {
-                    std::ptr::null_mut()
-                } else {
-                    &mut info
-                };
+                let out = out_ptr(&mut info, null_out);
                 // SAFETY: NULL or a live gdr_t; `out` NULL or writable.
                 let rc = unsafe { gdr_get_info_v2(gp, h, out) };
                 self.expect("gdr_get_info_v2", rc, &[want])?;
@@ -47,11 +43,7 @@ impl ApiFuzzer {
             }
             1 => {
                 let mut info = gdr_info_v1::default();
-                let out: *mut gdr_info_v1 = if null_out {
-                    std::ptr::null_mut()
-                } else {
-                    &mut info
-                };
+                let out = out_ptr(&mut info, null_out);
                 // SAFETY: as above.
                 let rc = unsafe { gdr_get_info_v1(gp, h, out) };
                 self.expect("gdr_get_info", rc, &[want])?;
@@ -68,11 +60,7 @@ impl ApiFuzzer {
             }
             _ => {
                 let mut flag: c_int = 5;
-                let out: *mut c_int = if null_out {
-                    std::ptr::null_mut()
-                } else {
-                    &mut flag
-                };
+                let out = out_ptr(&mut flag, null_out);
                 // SAFETY: as above.
                 let rc = unsafe { gdr_get_callback_flag(gp, h, out) };
                 self.expect("gdr_get_callback_flag", rc, &[want])?;

@@ -27,10 +27,7 @@ impl Worker {
     }
 
     pub(super) fn op_emu_close(&mut self) -> Step {
-        let open: Vec<usize> = (0..self.emus.len())
-            .filter(|&i| self.emus[i].is_some())
-            .collect();
-        let Some(&i) = self.rng.pick(&open) else {
+        let Some(i) = self.pick_open_emu() else {
             return Ok(());
         };
         for a in 0..self.allocs.len() {
@@ -51,11 +48,16 @@ impl Worker {
         self.emus.get(i).and_then(|e| e.as_ref())
     }
 
-    pub(super) fn op_alloc(&mut self) -> Step {
+    /// One of the open emulator descriptors, at random.
+    fn pick_open_emu(&mut self) -> Option<usize> {
         let open: Vec<usize> = (0..self.emus.len())
             .filter(|&i| self.emus[i].is_some())
             .collect();
-        let Some(&ei) = self.rng.pick(&open) else {
+        self.rng.pick(&open).copied()
+    }
+
+    pub(super) fn op_alloc(&mut self) -> Step {
+        let Some(ei) = self.pick_open_emu() else {
             return Ok(());
         };
         let live: Vec<&Alloc> = self.allocs.iter().filter(|a| a.live).collect();
@@ -209,10 +211,7 @@ impl Worker {
     }
 
     pub(super) fn op_inject(&mut self) -> Step {
-        let open: Vec<usize> = (0..self.emus.len())
-            .filter(|&i| self.emus[i].is_some())
-            .collect();
-        let Some(&ei) = self.rng.pick(&open) else {
+        let Some(ei) = self.pick_open_emu() else {
             return Ok(());
         };
         let kind = self.rng.below(u64::from(MTGPU_EMU_FAULT_MAX) + 3) as u32;
@@ -235,10 +234,7 @@ impl Worker {
     }
 
     pub(super) fn op_emu_garbage(&mut self) -> Step {
-        let open: Vec<usize> = (0..self.emus.len())
-            .filter(|&i| self.emus[i].is_some())
-            .collect();
-        let Some(&ei) = self.rng.pick(&open) else {
+        let Some(ei) = self.pick_open_emu() else {
             return Ok(());
         };
         let (cmd, exp) = match self.rng.below(4) {
