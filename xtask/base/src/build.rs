@@ -149,7 +149,7 @@ pub fn lib(sh: &Shell) -> Result<PathBuf> {
     cmd!(sh, "cargo build --quiet --release -p libgdrapi")
         .run()
         .context("building libgdrapi")?;
-    let release = paths::root().join("target/release");
+    let release = paths::release_dir();
     let link = release.join(soname());
     files::put_symlink("libgdrapi.so", &link)?;
     Ok(link)

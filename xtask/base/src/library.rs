@@ -11,10 +11,7 @@ use crate::paths;
 /// (`libgdrapi.so.1.0.0`), the soname link and the development link; returns that directory.
 pub fn build_library(sh: &Shell) -> Result<PathBuf> {
     cmd!(sh, "cargo build --quiet --release -p libgdrapi --locked").run()?;
-    link_library(
-        &paths::root().join("target/release"),
-        &paths::build_dir().join("lib"),
-    )
+    link_library(&paths::release_dir(), &paths::build_dir().join("lib"))
 }
 
 /// Stages the library built in `target` (a release directory) in `lib` with its real name, the

@@ -13,6 +13,19 @@ pub fn root() -> PathBuf {
     base_dir.ancestors().nth(2).unwrap_or(base_dir).into()
 }
 
+/// Cargo's target directory: `$CARGO_TARGET_DIR` (relative to the root), else `target/`.
+pub fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => root().join(dir),
+        None => root().join("target"),
+    }
+}
+
+/// Where `cargo build --release` puts the machine's own products.
+pub fn release_dir() -> PathBuf {
+    target_dir().join("release")
+}
+
 pub fn build_dir() -> PathBuf {
     root().join("build")
 }

@@ -61,15 +61,7 @@ fn host_triple() -> &'static str {
 
 /// The cross toolchain's target directory (next to the host's, never shared with it).
 pub fn target_dir() -> PathBuf {
-    let host = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| paths::root().join("target"));
-    let host = if host.is_absolute() {
-        host
-    } else {
-        paths::root().join(host)
-    };
-    host.join("cross")
+    paths::target_dir().join("cross")
 }
 
 /// Where the release build for `target` lands.

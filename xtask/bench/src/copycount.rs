@@ -154,7 +154,7 @@ pub fn build(sh: &Shell) -> Result<Tools> {
     Ok(Tools {
         harness,
         preload,
-        library: paths::root().join("target/release/libgdrapi.so"),
+        library: paths::release_dir().join("libgdrapi.so"),
     })
 }
 

@@ -45,7 +45,7 @@ pub fn run(sh: &Shell, out: &Path) -> Result<Vec<PathBuf>> {
         "cargo build --quiet --release -p libgdrapi --example copy_bench"
     )
     .run()?;
-    let exe = paths::root().join("target/release/examples/copy_bench");
+    let exe = paths::release_dir().join("examples/copy_bench");
     let text = cmd!(sh, "{exe}").read().context("running copy_bench")?;
     let results = parse(&text)?;
     let report = HostReport {

@@ -281,7 +281,7 @@ fn tool_files(sh: &Shell) -> Result<Vec<(PathBuf, String)>> {
         "cargo build --quiet --release -p mtgdrcopy-tests -p mtgdrdrv-fuzz --bins"
     )
     .run()?;
-    let release = paths::root().join("target/release");
+    let release = paths::release_dir();
     let staged = paths::build_dir().join("vm/bin");
     std::fs::create_dir_all(&staged)?;
     let mut files = Vec::new();

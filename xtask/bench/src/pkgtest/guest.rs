@@ -23,7 +23,7 @@ pub(super) fn run_vm(sh: &Shell, kernel: &Kernel, host: &Root, container: &Root)
     cmd!(sh, "cargo build --quiet --release -p mtgpu-emu-musa --lib")
         .run()
         .context("building the emulated libmusa")?;
-    let libmusa = paths::root().join("target/release/libmusa.so");
+    let libmusa = paths::release_dir().join("libmusa.so");
     timed("emulated provider and libmusa built", t);
 
     let release = &kernel.release;

@@ -93,7 +93,7 @@ pub fn prepare(sh: &Shell, kernel: &Kernel) -> Result<(Vec<(PathBuf, String)>, S
             .with_context(|| format!("the README's {line:?}"))?;
     }
 
-    let release = root.join("target/release");
+    let release = paths::release_dir();
     let mut files = vec![
         (root.join("insmod.sh"), "/src/insmod.sh".to_string()),
         (

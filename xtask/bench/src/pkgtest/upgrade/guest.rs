@@ -83,7 +83,7 @@ pub(super) fn run_vm(sh: &Shell, kernel: &Kernel, guests: &[Guest]) -> Result<()
     cmd!(sh, "cargo build --quiet --release -p mtgpu-emu-musa --lib")
         .run()
         .context("building the emulated libmusa")?;
-    let libmusa = paths::root().join("target/release/libmusa.so");
+    let libmusa = paths::release_dir().join("libmusa.so");
     timed("emulated provider and libmusa built", t);
 
     let release = &kernel.release;
