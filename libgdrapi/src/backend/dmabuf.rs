@@ -26,7 +26,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use libloading::Library;
 use nix::errno::Errno;
 use nix::fcntl::{fcntl, FcntlArg, FdFlag};
-use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
+use nix::sys::mman::munmap;
 use nix::unistd::{getpid, Pid};
 
 use super::Backend;
@@ -446,19 +446,7 @@ impl Backend for DmaBuf {
             .and_then(NonZeroUsize::new)
             .filter(|l| l.get() as u64 <= pin.size)
             .ok_or(Error::new("map", Errno::EINVAL))?;
-        // SAFETY: a fresh shared mapping chosen by the kernel (no address hint), so no
-        // existing memory is replaced; the descriptor is open.
-        let ptr = unsafe {
-            mmap(
-                None,
-                length,
-                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
-                MapFlags::MAP_SHARED,
-                &pin.fd,
-                0,
-            )
-        }
-        .map_err(|e| {
+        let ptr = super::mmap_shared(&pin.fd, length, 0).map_err(|e| {
             log::error(format_args!(
                 "mmap of the MUSA dma-buf was refused ({}): this driver's dma-bufs cannot be \
                  mapped by the CPU; load mtgdrdrv (and unset GDRCOPY_USE_DMABUF_MMAP) to use \
@@ -468,7 +456,7 @@ impl Backend for DmaBuf {
             Error::new("mmap(dma-buf)", e)
         })?;
         pin.mapped = true;
-        Ok((ptr.cast(), length.get(), MappingType::WriteCombining))
+        Ok((ptr, length.get(), MappingType::WriteCombining))
     }
 
     unsafe fn unmap(&self, handle: u64, ptr: NonNull<u8>, len: usize) -> Result<()> {

@@ -5,7 +5,11 @@
 //! - the dma-buf backend ([`dmabuf`]): one dma-buf per pin from the MUSA driver
 //!   (`muMemGetHandleForAddressRange`), mmapped directly; no kernel module needed.
 
+use std::num::NonZeroUsize;
+use std::os::fd::AsFd;
 use std::ptr::NonNull;
+
+use nix::sys::mman::{mmap, MapFlags, ProtFlags};
 
 use crate::error::Result;
 use crate::types::{Attribute, Info, MapRequest, MappingType, PinFlags};
@@ -49,4 +53,26 @@ pub(crate) trait Backend: Send + Sync {
     /// `ptr`/`len` are exactly a live mapping of `handle` from `map`, and nothing accesses it
     /// afterwards.
     unsafe fn unmap(&self, handle: u64, ptr: NonNull<u8>, len: usize) -> Result<()>;
+}
+
+/// A fresh shared read/write mapping of `len` bytes of `fd` from `offset`, placed by the
+/// kernel: how both backends map a pin.
+pub(crate) fn mmap_shared(
+    fd: impl AsFd,
+    len: NonZeroUsize,
+    offset: libc::off_t,
+) -> nix::Result<NonNull<u8>> {
+    // SAFETY: a fresh shared mapping chosen by the kernel (no address hint), so no existing
+    // memory is replaced; the descriptor is open (borrowed for the call).
+    let ptr = unsafe {
+        mmap(
+            None,
+            len,
+            ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+            MapFlags::MAP_SHARED,
+            fd,
+            offset,
+        )
+    }?;
+    Ok(ptr.cast())
 }

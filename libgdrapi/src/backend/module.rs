@@ -9,7 +9,7 @@ use std::ptr::NonNull;
 use mtgdrdrv::*;
 use nix::errno::Errno;
 use nix::fcntl::{open, OFlag};
-use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
+use nix::sys::mman::munmap;
 use nix::sys::stat::Mode;
 use nix::unistd::{getpid, Pid};
 
@@ -240,20 +240,7 @@ impl Driver {
             .checked_mul(self.page_size as u64)
             .and_then(|o| i64::try_from(o).ok())
             .ok_or(Error::new("mmap", Errno::EOVERFLOW))?;
-        // SAFETY: a fresh shared mapping chosen by the kernel (no address hint), so no existing
-        // memory is replaced; the descriptor is open.
-        let ptr = unsafe {
-            mmap(
-                None,
-                len,
-                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
-                MapFlags::MAP_SHARED,
-                &self.fd,
-                offset as libc::off_t,
-            )
-        }
-        .map_err(|e| Error::new("mmap", e))?;
-        Ok(ptr.cast())
+        super::mmap_shared(&self.fd, len, offset as libc::off_t).map_err(|e| Error::new("mmap", e))
     }
 
     /// Unmaps a mapping made by [`Driver::mmap`]; in a forked child, where the mapping was not
