@@ -17,14 +17,20 @@ use xtask_pack::stage;
 
 use crate::{vm, vmtest};
 
-pub(super) fn run_vm(sh: &Shell, kernel: &Kernel, host: &Root, container: &Root) -> Result<()> {
+/// The emulated provider's module for `kernel` and the emulated libmusa, built: what the package
+/// tests' VMs need beside the packages.
+pub(super) fn emulated_provider(sh: &Shell, kernel: &Kernel) -> Result<(PathBuf, PathBuf)> {
     let t = Instant::now();
     let (_, emu) = vmtest::build_modules(sh, kernel)?;
     cmd!(sh, "cargo build --quiet --release -p mtgpu-emu-musa --lib")
         .run()
         .context("building the emulated libmusa")?;
-    let libmusa = paths::release_dir().join("libmusa.so");
     timed("emulated provider and libmusa built", t);
+    Ok((emu, paths::release_dir().join("libmusa.so")))
+}
+
+pub(super) fn run_vm(sh: &Shell, kernel: &Kernel, host: &Root, container: &Root) -> Result<()> {
+    let (emu, libmusa) = emulated_provider(sh, kernel)?;
 
     let release = &kernel.release;
     let mut host_paths = package_files(sh, host, &["libgdrapi", "mtgdrcopy-tests"])?;

@@ -1,17 +1,16 @@
 //! Step 4, the VM: one boot in which each root's module, library and tools run mtgdrcopy_sanity.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context, Result};
-use xshell::{cmd, Shell};
+use anyhow::Result;
+use xshell::Shell;
 
 use super::next::major_minor;
 use xtask_base::kernel::Kernel;
 use xtask_base::paths;
 
-use crate::pkgtest::guest::{package_files, root_files};
+use crate::pkgtest::guest::{emulated_provider, package_files, root_files};
 use crate::pkgtest::root::Root;
-use crate::pkgtest::timed;
 use crate::{vm, vmtest};
 
 /// A root whose installed module, library and tools the guest runs, in `dir`.
@@ -78,13 +77,7 @@ step done
 "#;
 
 pub(super) fn run_vm(sh: &Shell, kernel: &Kernel, guests: &[Guest]) -> Result<()> {
-    let t = Instant::now();
-    let (_, emu) = vmtest::build_modules(sh, kernel)?;
-    cmd!(sh, "cargo build --quiet --release -p mtgpu-emu-musa --lib")
-        .run()
-        .context("building the emulated libmusa")?;
-    let libmusa = paths::release_dir().join("libmusa.so");
-    timed("emulated provider and libmusa built", t);
+    let (emu, libmusa) = emulated_provider(sh, kernel)?;
 
     let release = &kernel.release;
     let mut files = vec![(emu, "/lib/mtgdrcopy/mtgpu_emu.ko".to_owned())];
