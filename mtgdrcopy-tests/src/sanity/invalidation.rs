@@ -16,10 +16,38 @@ use nix::sys::socket::{
 use super::support::*;
 use super::{note, Ctx};
 use crate::gdr::gdr_mh_t;
+use crate::gpu::Gpu;
 
 /// Exit statuses of a helper that read a mapping instead of faulting.
 const READ_WRITTEN_VALUE: i32 = 10;
 const READ_OTHER_VALUE: i32 = 11;
+
+/// A SMALL_SIZE buffer filled with 0x95, pinned and mapped through a gdr of its own, with
+/// `token_value(salt)` written at offset 0 of the mapping: how most cases here begin.
+struct Written<'g> {
+    buf: DevBuf<'g>,
+    gdr: Gdr,
+    mh: gdr_mh_t,
+    map: *mut u8,
+    value: u32,
+}
+
+fn written_small_mapping(gpu: &dyn Gpu, salt: u32) -> Result<Written<'_>> {
+    let buf = DevBuf::aligned(gpu, SMALL_SIZE)?;
+    buf.fill(0x95)?;
+    let gdr = Gdr::open()?;
+    let (mh, map) = pin_and_map(&gdr, buf.ptr, buf.size)?;
+    let value = token_value(salt);
+    // SAFETY: offset 0 of a live mapping.
+    unsafe { store_u32(map, value) };
+    Ok(Written {
+        buf,
+        gdr,
+        mh,
+        map,
+        value,
+    })
+}
 
 /// Judges a helper that wrote a value through a mapping, lost the mapping and read it again:
 /// a fault is right, other data is tolerated (upstream's rule), the value written is a leak.
@@ -50,13 +78,13 @@ fn access_after(
     let end = in_helper("accessing process", || {
         no_core_dump();
         let gpu = ctx.gpu()?;
-        let buf = DevBuf::aligned(&*gpu, SMALL_SIZE)?;
-        buf.fill(0x95)?;
-        let gdr = Gdr::open()?;
-        let (mh, map) = pin_and_map(&gdr, buf.ptr, buf.size)?;
-        let v = token_value(1);
-        // SAFETY: offset 0 of a live mapping.
-        unsafe { store_u32(map, v) };
+        let Written {
+            buf: _buf,
+            gdr,
+            mh,
+            map,
+            value: v,
+        } = written_small_mapping(&*gpu, 1)?;
         lose(gdr, mh)?;
         note!("reading the mapping after {after}");
         // SAFETY: deliberately reads an address whose mapping is gone: the expected outcome
@@ -92,13 +120,13 @@ pub fn invalidation_access_after_unpin_mumemalloc(ctx: &Ctx) -> Result<()> {
 /// valid; the value written stays readable until unpin.
 pub fn invalidation_access_after_free_mumemalloc(ctx: &Ctx) -> Result<()> {
     let gpu = ctx.gpu()?;
-    let mut buf = DevBuf::aligned(&*gpu, SMALL_SIZE)?;
-    buf.fill(0x95)?;
-    let gdr = Gdr::open()?;
-    let (mh, map) = pin_and_map(&gdr, buf.ptr, buf.size)?;
-    let v = token_value(3);
-    // SAFETY: offset 0 of a live mapping.
-    unsafe { store_u32(map, v) };
+    let Written {
+        mut buf,
+        gdr,
+        mh,
+        map,
+        value: v,
+    } = written_small_mapping(&*gpu, 3)?;
     buf.free()?;
     // SAFETY: the pin keeps the memory and the mapping alive after the free.
     let got = unsafe { load_u32(map) };
@@ -195,13 +223,13 @@ pub fn invalidation_fork_access_after_free_mumemalloc(ctx: &Ctx) -> Result<()> {
     let child = Helper::spawn("child", || {
         to_child.recv()?;
         let gpu = ctx.gpu()?;
-        let buf = DevBuf::aligned(&*gpu, SMALL_SIZE)?;
-        buf.fill(0x95)?;
-        let gdr = Gdr::open()?;
-        let (mh, map) = pin_and_map(&gdr, buf.ptr, buf.size)?;
-        let v = token_value(5);
-        // SAFETY: offset 0 of a live mapping.
-        unsafe { store_u32(map, v) };
+        let Written {
+            buf: _buf,
+            gdr,
+            mh,
+            map,
+            value: v,
+        } = written_small_mapping(&*gpu, 5)?;
         note!("child: wrote {v:#x}");
         to_parent.send(u64::from(v))?;
         to_child.recv()?;
@@ -210,13 +238,13 @@ pub fn invalidation_fork_access_after_free_mumemalloc(ctx: &Ctx) -> Result<()> {
     })?;
 
     let gpu = ctx.gpu()?;
-    let mut buf = DevBuf::aligned(&*gpu, SMALL_SIZE)?;
-    buf.fill(0x95)?;
-    let gdr = Gdr::open()?;
-    let (mh, map) = pin_and_map(&gdr, buf.ptr, buf.size)?;
-    let v = token_value(6);
-    // SAFETY: offset 0 of a live mapping.
-    unsafe { store_u32(map, v) };
+    let Written {
+        mut buf,
+        gdr,
+        mh,
+        map,
+        value: v,
+    } = written_small_mapping(&*gpu, 6)?;
     note!("parent: wrote {v:#x}, freeing the buffer");
     buf.free()?;
     to_child.send(1)?;
@@ -240,13 +268,13 @@ pub fn invalidation_fork_access_after_free_mumemalloc(ctx: &Ctx) -> Result<()> {
 /// SIGSEGV/SIGBUS and never returns the parent's data; the parent keeps its access.
 pub fn invalidation_fork_after_gdr_map_mumemalloc(ctx: &Ctx) -> Result<()> {
     let gpu = ctx.gpu()?;
-    let buf = DevBuf::aligned(&*gpu, SMALL_SIZE)?;
-    buf.fill(0x95)?;
-    let gdr = Gdr::open()?;
-    let (mh, map) = pin_and_map(&gdr, buf.ptr, buf.size)?;
-    let v = token_value(7);
-    // SAFETY: offset 0 of a live mapping.
-    unsafe { store_u32(map, v) };
+    let Written {
+        buf: _buf,
+        gdr,
+        mh,
+        map,
+        value: v,
+    } = written_small_mapping(&*gpu, 7)?;
     let end = in_helper("child", || {
         no_core_dump();
         // SAFETY: deliberately touches the parent's mapping, which the child must not have:
@@ -320,13 +348,13 @@ pub fn invalidation_fork_map_and_free_mumemalloc(ctx: &Ctx) -> Result<()> {
         Ok(0)
     })?;
     let gpu = ctx.gpu()?;
-    let buf = DevBuf::aligned(&*gpu, SMALL_SIZE)?;
-    buf.fill(0x95)?;
-    let gdr = Gdr::open()?;
-    let (mh, map) = pin_and_map(&gdr, buf.ptr, buf.size)?;
-    let v = token_value(9);
-    // SAFETY: offset 0 of a live mapping.
-    unsafe { store_u32(map, v) };
+    let Written {
+        buf,
+        gdr,
+        mh,
+        map,
+        value: v,
+    } = written_small_mapping(&*gpu, 9)?;
     to_parent.recv()?;
     // SAFETY: the parent's mapping is live.
     let got = unsafe { load_u32(map) };
