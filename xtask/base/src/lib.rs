@@ -1,6 +1,6 @@
 //! The bottom layer of `cargo xtask`: where things are (paths, the workspace, debian/), the
-//! build (native and arm64), chroots and kernels, and helpers that several subcommands share
-//! (steps, host packages, files, targets, lintian, plots). It depends on no other xtask crate.
+//! build (native and arm64), chroots, and helpers that several subcommands share (steps, host
+//! packages, files, targets, lintian). It depends on no other xtask crate.
 
 pub mod build;
 pub mod cargo;
@@ -12,11 +12,9 @@ pub mod elf;
 pub mod files;
 pub mod generated;
 pub mod host;
-pub mod kernel;
 pub mod library;
 pub mod lintian;
 pub mod paths;
-pub mod plot;
 pub mod steps;
 pub mod targets;
 pub mod workspace;

@@ -18,11 +18,11 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use xshell::Shell;
 
-use xtask_base::kernel::{self, Kernel};
-use xtask_base::plot::{line_chart, Series, COLORS};
 use xtask_base::steps::Step;
 use xtask_base::{host, paths};
 
+use crate::kernel::{self, Kernel};
+use crate::plot::{line_chart, Series, COLORS};
 use crate::{vm, vmtest};
 
 use mtgdrcopy_tests::bench::result::{BenchResult, Operation, Report, Tool, SCHEMA_VERSION};

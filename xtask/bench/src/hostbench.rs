@@ -12,7 +12,8 @@ use xshell::{cmd, Shell};
 
 use xtask_base::host::cpu_name;
 use xtask_base::paths;
-use xtask_base::plot::{line_chart, Series, COLORS};
+
+use crate::plot::{line_chart, Series, COLORS};
 
 /// One measured case; times in nanoseconds per copy.
 #[derive(Serialize)]

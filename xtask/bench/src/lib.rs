@@ -1,14 +1,17 @@
-//! The test bench of `cargo xtask`: the QEMU VM and its tests, the kernel matrix, the package
-//! install and upgrade tests, the apt repository, benchmarks, copy counts and the arm64 and
-//! static-library checks. It depends on xtask-base and xtask-pack.
+//! The test bench of `cargo xtask`: the QEMU VM and its tests, the Debian kernels they boot,
+//! the kernel matrix, the package install and upgrade tests, the apt repository, benchmarks and
+//! their plots, copy counts and the arm64 and static-library checks. It depends on xtask-base
+//! and xtask-pack.
 
 pub mod aptrepo;
 pub mod bench;
 pub mod copycount;
 pub mod crosstest;
 pub mod hostbench;
+pub mod kernel;
 pub mod matrix;
 pub mod pkgtest;
+pub mod plot;
 pub mod staticlib;
 pub mod vm;
 pub mod vmtest;

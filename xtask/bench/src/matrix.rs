@@ -26,13 +26,13 @@ use anyhow::{bail, ensure, Context, Result};
 use xshell::{cmd, Shell};
 
 use xtask_base::chroot::{self, Chroot};
-use xtask_base::kernel::{self, Builder, Kernel};
 use xtask_base::steps::Step;
 use xtask_base::workspace::Workspace;
 use xtask_base::{host, paths};
 use xtask_pack::deb;
 use xtask_pack::stage::Package;
 
+use crate::kernel::{self, Builder, Kernel};
 use crate::vmtest::{self, Warnings};
 
 /// Which kernel's end-to-end run a suite gets.

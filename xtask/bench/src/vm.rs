@@ -23,8 +23,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 
-use xtask_base::kernel::Kernel;
 use xtask_base::{host, paths};
+
+use crate::kernel::Kernel;
 
 /// Host packages the harness needs: QEMU and the static busybox that becomes the guest userland.
 /// (No `cpio`: initramfs.rs writes the archive itself.)

@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use xshell::{cmd, Shell};
 
-use xtask_base::kernel::{self, Builder, Kernel};
 use xtask_base::steps::Step;
 use xtask_base::{host, paths};
 
+use crate::kernel::{self, Builder, Kernel};
 use crate::vm;
 
 /// Debian packages the VM steps need on the host.

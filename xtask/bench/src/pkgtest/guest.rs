@@ -11,10 +11,10 @@ use xshell::{cmd, Shell};
 use super::guest_script::guest_script;
 use super::root::Root;
 use super::{timed, SOFTDEP};
-use xtask_base::kernel::Kernel;
 use xtask_base::paths;
 use xtask_pack::stage;
 
+use crate::kernel::Kernel;
 use crate::{vm, vmtest};
 
 /// The emulated provider's module for `kernel` and the emulated libmusa, built: what the package

@@ -13,11 +13,11 @@ use super::dkms::{check_dkms_installed, check_purged, dkms_failures};
 use super::guest::run_vm;
 use super::root::{self, Root};
 use super::{find, put_debs, timed};
-use xtask_base::{host, kernel, paths};
+use xtask_base::{host, paths};
 use xtask_pack::deb::Built;
 use xtask_pack::stage::Package;
 
-use crate::{aptrepo, vmtest};
+use crate::{aptrepo, kernel, vmtest};
 
 fn apt_install(sh: &Shell, root: &Root, debs: &[String]) -> Result<String> {
     let mut args = vec!["apt-get", "install", "-y", "-q", "--no-install-recommends"];

@@ -27,8 +27,9 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use xshell::{cmd, Shell};
 
-use xtask_base::kernel::Kernel;
 use xtask_base::{host, paths};
+
+use crate::kernel::Kernel;
 
 const SUITE: &str = "bookworm";
 const PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";

@@ -53,11 +53,11 @@ use super::root::{self, Root};
 use super::timed;
 use xtask_base::steps::Step;
 use xtask_base::workspace::Workspace;
-use xtask_base::{files, host, kernel, paths};
+use xtask_base::{files, host, paths};
 use xtask_pack::deb::Built;
 use xtask_pack::stage::Package;
 
-use crate::{aptrepo, vmtest};
+use crate::{aptrepo, kernel, vmtest};
 
 use full::full_upgrade;
 use guest::{run_vm, Guest};

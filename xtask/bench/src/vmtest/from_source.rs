@@ -10,8 +10,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, ensure, Context, Result};
 use xshell::{cmd, Shell};
 
-use xtask_base::kernel::Kernel;
 use xtask_base::paths;
+
+use crate::kernel::Kernel;
 
 /// The README heading whose first `sh` block is run.
 pub const SECTION: &str = "### Running from a source tree, without installing";

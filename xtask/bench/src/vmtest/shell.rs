@@ -6,9 +6,9 @@ use anyhow::{bail, ensure, Result};
 use xshell::Shell;
 
 use super::{module_vm, LOAD_ONLY};
-use xtask_base::kernel::{self, Kernel};
 use xtask_base::paths;
 
+use crate::kernel::{self, Kernel};
 use crate::vm;
 
 #[derive(clap::Args)]

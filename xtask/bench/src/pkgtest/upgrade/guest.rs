@@ -6,9 +6,9 @@ use anyhow::Result;
 use xshell::Shell;
 
 use super::next::major_minor;
-use xtask_base::kernel::Kernel;
 use xtask_base::paths;
 
+use crate::kernel::Kernel;
 use crate::pkgtest::guest::{emulated_provider, package_files, root_files};
 use crate::pkgtest::root::Root;
 use crate::{vm, vmtest};

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, ensure, Context, Result};
 use xshell::{cmd, Shell};
 
-use crate::{chroot, host, paths};
+use xtask_base::{chroot, host, paths};
 
 /// A kernel we can build modules against and boot.
 #[derive(Clone, Debug)]
@@ -32,7 +32,7 @@ pub struct Kernel {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Builder {
     Host,
-    /// The chroot's root directory on the host (see chroot.rs).
+    /// The chroot's root directory on the host (see xtask-base's chroot.rs).
     Chroot(PathBuf),
 }
 
