@@ -123,7 +123,8 @@ fn main() -> Result<()> {
         Command::DebTests(args) => deb::cli(Which::One(Package::Tests), args),
         Command::DebMeta(args) => deb::cli(Which::One(Package::Meta), args),
         Command::DebAll(args) => deb::cli(Which::All, args),
-        Command::DistSource(args) => dsc::cli(args),
+        Command::DistSource(args) if args.check => pkgtest::source::cli(),
+        Command::DistSource(_) => dsc::cli(),
         Command::DebBundle(args) | Command::Deb(args) => {
             deb::cli(Which::One(Package::Bundle), args)
         }

@@ -1,7 +1,8 @@
 //! The test bench of `cargo xtask`: the QEMU VM and its tests, the Debian kernels they boot,
-//! the kernel matrix, the package install and upgrade tests, the apt repository, benchmarks and
-//! their plots, copy counts and the arm64 and static-library checks. It depends on xtask-base
-//! and xtask-pack.
+//! the kernel matrix, the package tests (the source package's build, reproducibility, the
+//! maintainer scripts, install and upgrade), the apt repository, benchmarks and their plots,
+//! copy counts and the arm64 and static-library checks. It depends on xtask-base and
+//! xtask-pack.
 
 pub mod aptrepo;
 pub mod bench;

@@ -1,5 +1,7 @@
-//! The packaging steps of `cargo xtask test`: build every .deb, run lintian on them, and prove
-//! them by installing them.
+//! The packaging steps of `cargo xtask test`: build every .deb, run lintian on them, build them
+//! again from the source package (source.rs) and from a copy of the tree at another path
+//! (repro.rs), and prove them by installing them. The maintainer scripts' and mtgdrdrv-load's
+//! unit tests are in scripts/.
 //!
 //! The install test, in order:
 //! 1. **Host.** A bookworm root with dkms and the VM kernel's headers (root.rs: cached layers
@@ -43,7 +45,11 @@ mod dkms;
 mod guest;
 mod guest_script;
 mod install;
+mod repro;
 mod root;
+#[cfg(test)]
+mod scripts;
+pub mod source;
 mod upgrade;
 
 use std::cell::RefCell;
@@ -83,11 +89,11 @@ pub fn test_steps(vm: bool) -> Vec<Step<'static>> {
         ),
         (
             "source package: dpkg-buildpackage in trixie offline, lintian, same as deb-all",
-            Box::new(move |sh: &Shell| xtask_pack::dsc::test_step(sh, &built(sh, &d4)?)),
+            Box::new(move |sh: &Shell| source::test_step(sh, &built(sh, &d4)?)),
         ),
         (
             "packages: reproducible (deb-all again from a copy at another path)",
-            Box::new(move |sh: &Shell| xtask_pack::repro::test_step(sh, &built(sh, &d5)?)),
+            Box::new(move |sh: &Shell| repro::test_step(sh, &built(sh, &d5)?)),
         ),
     ];
     if vm {

@@ -8,7 +8,7 @@
 //! source paragraph's defaults, the package's version and size), md5sums as dh_md5sums does,
 //! and the archive with dpkg-deb (xz, root-owned, timestamps clamped to the changelog's date
 //! through SOURCE_DATE_EPOCH), as dh_builddeb does. `cargo xtask test` builds the packages both
-//! ways and compares them (dsc.rs).
+//! ways and compares them (xtask-bench's pkgtest/source.rs).
 //!
 //! Versions: each package's is its crate's (a semver pre-release `-beta.1` becomes `~beta.1`)
 //! with the source package's Debian revision (debian/changelog); the bundle's revision is

@@ -1,12 +1,11 @@
 //! The packaging layer of `cargo xtask`: the staged trees, the .debs, the source package, the
-//! generated identity and licences, versions, reproducibility and install from source. It
-//! depends on xtask-base only.
+//! generated identity and licences, versions and install from source. It depends on
+//! xtask-base only; the packages' tests are the test bench's (xtask-bench's pkgtest).
 
 pub mod deb;
 pub mod dsc;
 pub mod identity;
 pub mod install;
 pub mod licences;
-pub mod repro;
 pub mod stage;
 pub mod versions;

@@ -9,11 +9,6 @@
 //! deb.rs does dh_md5sums, dh_gencontrol (from debian/control) and dh_builddeb. Versions come
 //! from the crates only.
 
-#[cfg(test)]
-mod mtgdrdrv_load;
-#[cfg(test)]
-mod postinst;
-
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -445,7 +440,7 @@ fn control_files(sh: &Shell, ws: &Workspace, package: Package, tree: &Path) -> R
 /// debian/rules makes it: the module's version and mtgdrdrv-load's path filled in; then what
 /// dh_installdeb does with the `#DEBHELPER#` line when no debhelper snippet applies (none does
 /// here): it goes.
-pub(crate) fn maintainer_script(script: &str, version: &str, load: &str) -> Result<String> {
+pub fn maintainer_script(script: &str, version: &str, load: &str) -> Result<String> {
     let text = template(
         &paths::root().join(format!("debian/mtgdrdrv-dkms.{script}.in")),
         &[("VERSION", version), ("LOAD_SCRIPT", load)],

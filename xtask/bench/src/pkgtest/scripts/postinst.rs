@@ -12,6 +12,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::Command;
 
+use xtask_pack::stage;
+
 const VERSION: &str = "0.1.0";
 const RUNNING: &str = "6.1.0-57-amd64";
 const OLDER: &str = "6.1.0-9-amd64";
@@ -138,7 +140,7 @@ impl Fake {
     fn run(&self, script: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
         let path = self.dir.join(script);
         let load = self.dir.join("bin/mtgdrdrv-load");
-        let text = super::maintainer_script(script, VERSION, load.to_str().unwrap()).unwrap();
+        let text = stage::maintainer_script(script, VERSION, load.to_str().unwrap()).unwrap();
         fs::write(&path, text).unwrap();
         let _ = fs::remove_file(self.dir.join("calls"));
         let mut command = Command::new("sh");
@@ -460,7 +462,7 @@ fn templates_are_debhelper_scripts() {
         assert_eq!(lines.iter().filter(|l| **l == "#DEBHELPER#").count(), 1);
         assert_eq!(lines.last(), Some(&"exit 0"), "{script}.in");
         assert!(at.unwrap() < lines.len() - 1);
-        let filled = super::maintainer_script(script, VERSION, "/x/load").unwrap();
+        let filled = stage::maintainer_script(script, VERSION, "/x/load").unwrap();
         assert!(!filled.contains("#DEBHELPER#"), "{script}: {filled}");
     }
 }

@@ -13,9 +13,9 @@ use anyhow::{ensure, Context, Result};
 use xshell::{cmd, Shell};
 
 use xtask_base::paths;
-
-use crate::deb::Built;
-use crate::dsc;
+use xtask_pack::deb::Built;
+use xtask_pack::dsc;
+use xtask_pack::stage::Package;
 
 /// The second tree: a copy of the tracked files, kept between runs so that its cargo build is
 /// incremental (the copy is refreshed, its target directory is not).
@@ -43,10 +43,7 @@ pub fn test_step(sh: &Shell, built: &[Built]) -> Result<()> {
     }
     let mut compared = 0;
     let mut differ = Vec::new();
-    for b in built
-        .iter()
-        .filter(|b| b.package != crate::stage::Package::Bundle)
-    {
+    for b in built.iter().filter(|b| b.package != Package::Bundle) {
         for deb in std::iter::once(&b.path).chain(b.dbgsym.iter()) {
             let name = deb.file_name().context("a .deb has no name")?;
             let twin = tree.join("build").join(name);
