@@ -1,20 +1,20 @@
 //! `cargo xtask`: the project's build, codegen, packaging and test entry points.
 //! One module per subcommand; `main` only parses and dispatches. The subcommands are layered
 //! in crates: xtask-base (shared helpers, the build), xtask-pack (packaging) and xtask-bench
-//! (the VM, matrix and package tests, benchmarks); here are those that sit on all of them.
+//! (the test bench: the VM, matrix and package tests, benchmarks, the test steps and checks);
+//! here are those that sit on all of them (codegen, release-check, the test runner).
 
 mod codegen;
-mod fuzz;
-mod msrv;
 mod release;
 mod test;
-mod workflows;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 use xtask_base::{build, paths};
-use xtask_bench::{aptrepo, bench, copycount, crosstest, matrix, pkgtest, staticlib, vmtest};
+use xtask_bench::{
+    aptrepo, bench, copycount, crosstest, matrix, pkgtest, staticlib, vmtest, workflows,
+};
 use xtask_pack::deb::{self, Which};
 use xtask_pack::stage::{self, Package};
 use xtask_pack::{dsc, install};

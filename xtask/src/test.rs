@@ -1,6 +1,8 @@
 //! `cargo xtask test`: every test the project has, each step timed, then a table of step times
 //! and a summary line (`N passed, N failed`). Steps after a failure still run, so one report
 //! shows everything. The steps run in two lanes side by side (lanes.rs) unless `--serial`.
+//! Most steps are the test bench's (xtask-bench); formatting, codegen freshness, the version
+//! check, clippy and the unit tests are run from here.
 
 mod lanes;
 
@@ -115,12 +117,12 @@ fn steps(args: &Args) -> Result<(Vec<Step<'static>>, Vec<Step<'static>>)> {
         ),
         (
             "workflows: actionlint and ShellCheck",
-            Box::new(crate::workflows::test_step),
+            Box::new(xtask_bench::workflows::test_step),
         ),
         (CLIPPY_STEP, Box::new(clippy)),
         (
             "rust-version: no dependency needs a newer Rust (product, xtask)",
-            Box::new(crate::msrv::check),
+            Box::new(xtask_bench::msrv::check),
         ),
         (UNIT_STEP, Box::new(unit_tests)),
         (
@@ -129,7 +131,7 @@ fn steps(args: &Args) -> Result<(Vec<Step<'static>>, Vec<Step<'static>>)> {
         ),
         (
             "libFuzzer targets of libgdrapi (cargo-fuzz)",
-            Box::new(crate::fuzz::libfuzzer_step),
+            Box::new(xtask_bench::fuzz::libfuzzer_step),
         ),
         (
             "copy calls: instructions per call within the ceilings, every device access checked",
