@@ -21,7 +21,6 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use xshell::Shell;
 
 use xtask_base::generated::Generated;
 
@@ -35,12 +34,10 @@ use texts::licence_files;
 pub fn generate(root: &Path, identity: &Identity) -> Result<Generated> {
     let path = root.join("debian/copyright");
     let current = fs::read_to_string(&path).context("reading debian/copyright")?;
-    let sh = Shell::new()?;
-    sh.change_dir(root);
-    let all = metadata(&sh, None)?;
+    let all = metadata(root, None)?;
     let per_target = TARGETS
         .iter()
-        .map(|t| metadata(&sh, Some(t)))
+        .map(|t| metadata(root, Some(t)))
         .collect::<Result<Vec<_>>>()?;
     let mut deps = Vec::new();
     for dep in dependencies(&all, &per_target)? {

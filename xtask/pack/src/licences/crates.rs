@@ -5,8 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use serde_json::Value;
-use xshell::{cmd, Shell};
+use cargo_metadata::{DependencyKind, Metadata, MetadataCommand, Node, Package, PackageId};
 
 use super::{Dep, Usage};
 use xtask_base::paths::PRODUCTS;
@@ -20,99 +19,66 @@ pub(super) const TARGETS: [&str; 2] = [
     xtask_base::targets::AARCH64.triple,
 ];
 
-pub(super) fn metadata(sh: &Shell, target: Option<&str>) -> Result<Value> {
-    let filter = target.map(|t| format!("--filter-platform={t}"));
-    let json = cmd!(
-        sh,
-        "cargo metadata --format-version 1 --locked --offline {filter...}"
-    )
-    .quiet()
-    .read()
-    .context("running cargo metadata --locked (is Cargo.lock up to date?)")?;
-    serde_json::from_str(&json).context("parsing cargo metadata")
+pub(super) fn metadata(root: &Path, target: Option<&str>) -> Result<Metadata> {
+    let mut options = vec!["--locked".to_string(), "--offline".to_string()];
+    options.extend(target.map(|t| format!("--filter-platform={t}")));
+    MetadataCommand::new()
+        .current_dir(root)
+        .other_options(options)
+        .exec()
+        .context("running cargo metadata --locked (is Cargo.lock up to date?)")
 }
 
 /// `cargo metadata`'s resolve graph.
 struct Graph<'a> {
-    packages: HashMap<&'a str, &'a Value>,
-    /// Package id to (dependency id, whether a normal dependency).
-    edges: HashMap<&'a str, Vec<(&'a str, bool)>>,
-    members: HashMap<&'a str, &'a str>,
+    packages: HashMap<&'a PackageId, &'a Package>,
+    nodes: HashMap<&'a PackageId, &'a Node>,
+    members: Vec<&'a Package>,
 }
 
 impl<'a> Graph<'a> {
-    fn new(meta: &'a Value) -> Result<Graph<'a>> {
-        let text = |v: &'a Value, key: &str| -> Result<&'a str> {
-            v[key]
-                .as_str()
-                .with_context(|| format!("cargo metadata: an entry without {key}"))
-        };
-        let mut packages = HashMap::new();
-        for p in meta["packages"].as_array().into_iter().flatten() {
-            packages.insert(text(p, "id")?, p);
-        }
-        let mut edges = HashMap::new();
-        let nodes = meta["resolve"]["nodes"]
-            .as_array()
+    fn new(meta: &'a Metadata) -> Result<Graph<'a>> {
+        let resolve = meta
+            .resolve
+            .as_ref()
             .context("cargo metadata has no resolve graph")?;
-        for node in nodes {
-            let mut deps = Vec::new();
-            for d in node["deps"].as_array().into_iter().flatten() {
-                let normal = d["dep_kinds"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|k| k["kind"].is_null());
-                deps.push((text(d, "pkg")?, normal));
-            }
-            edges.insert(text(node, "id")?, deps);
-        }
-        let mut members = HashMap::new();
-        for id in meta["workspace_members"].as_array().into_iter().flatten() {
-            let id = id
-                .as_str()
-                .context("cargo metadata: bad workspace_members")?;
-            let p = packages
-                .get(id)
-                .context("cargo metadata: a member without package")?;
-            members.insert(text(p, "name")?, id);
-        }
         Ok(Graph {
-            packages,
-            edges,
-            members,
+            packages: meta.packages.iter().map(|p| (&p.id, p)).collect(),
+            nodes: resolve.nodes.iter().map(|n| (&n.id, n)).collect(),
+            members: meta.workspace_packages(),
         })
     }
 
-    fn member(&self, name: &str) -> Result<&'a str> {
+    fn member(&self, name: &str) -> Result<&'a PackageId> {
         self.members
-            .get(name)
-            .copied()
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| &p.id)
             .with_context(|| format!("the workspace has no crate {name}"))
     }
 
-    fn is_proc_macro(&self, id: &str) -> bool {
-        self.packages.get(id).is_some_and(|p| {
-            p["targets"].as_array().into_iter().flatten().any(|t| {
-                t["kind"]
-                    .as_array()
-                    .is_some_and(|k| k.iter().any(|k| k == "proc-macro"))
-            })
-        })
+    fn is_proc_macro(&self, id: &PackageId) -> bool {
+        self.packages
+            .get(id)
+            .is_some_and(|p| p.targets.iter().any(|t| t.is_proc_macro()))
     }
 
     /// What `roots` reach; `linked`: only what ends up in their binaries (normal
     /// dependencies, not into procedural macros, which run in the compiler).
-    fn reach(&self, roots: &[&'a str], linked: bool) -> BTreeSet<&'a str> {
+    fn reach(&self, roots: &[&'a PackageId], linked: bool) -> BTreeSet<&'a PackageId> {
         let mut seen = BTreeSet::new();
         let mut todo = roots.to_vec();
         while let Some(id) = todo.pop() {
             if (linked && self.is_proc_macro(id)) || !seen.insert(id) {
                 continue;
             }
-            for (dep, normal) in self.edges.get(id).into_iter().flatten() {
-                if *normal || !linked {
-                    todo.push(dep);
+            for dep in self.nodes.get(id).into_iter().flat_map(|n| &n.deps) {
+                let normal = dep
+                    .dep_kinds
+                    .iter()
+                    .any(|k| k.kind == DependencyKind::Normal);
+                if normal || !linked {
+                    todo.push(&dep.pkg);
                 }
             }
         }
@@ -122,24 +88,24 @@ impl<'a> Graph<'a> {
 
 /// The crates to cover, sorted by name and version. `all`: metadata for every platform;
 /// `per_target`: for each of [`TARGETS`].
-pub(super) fn dependencies(all: &Value, per_target: &[Value]) -> Result<Vec<Dep>> {
+pub(super) fn dependencies(all: &Metadata, per_target: &[Metadata]) -> Result<Vec<Dep>> {
     let graph = Graph::new(all)?;
     let roots = PRODUCTS
         .iter()
         .map(|n| graph.member(n))
         .collect::<Result<Vec<_>>>()?;
     let mut built = BTreeSet::new();
-    let mut linked: BTreeMap<String, BTreeSet<&'static str>> = BTreeMap::new();
+    let mut linked: BTreeMap<PackageId, BTreeSet<&'static str>> = BTreeMap::new();
     for meta in per_target {
         let g = Graph::new(meta)?;
         let roots = PRODUCTS
             .iter()
             .map(|n| g.member(n))
             .collect::<Result<Vec<_>>>()?;
-        built.extend(g.reach(&roots, false).into_iter().map(String::from));
+        built.extend(g.reach(&roots, false).into_iter().cloned());
         for package in LINKED {
             for id in g.reach(&[g.member(package)?], true) {
-                linked.entry(id.to_string()).or_default().insert(package);
+                linked.entry(id.clone()).or_default().insert(package);
             }
         }
     }
@@ -150,33 +116,26 @@ pub(super) fn dependencies(all: &Value, per_target: &[Value]) -> Result<Vec<Dep>
             .get(id)
             .with_context(|| format!("cargo metadata: no package {id}"))?;
         // Path crates (the workspace's own) are not vendored: the hand-written part covers them.
-        if p["source"].is_null() {
+        if p.source.is_none() {
             continue;
         }
-        let text = |key: &str| p[key].as_str().map(String::from);
-        let name = text("name").context("cargo metadata: a package without name")?;
-        let manifest = text("manifest_path").context("cargo metadata: no manifest_path")?;
         let usage = match linked.get(id) {
             Some(packages) => Usage::Linked(packages.iter().copied().collect()),
             None if built.contains(id) => Usage::Build,
             None => Usage::Vendored,
         };
         deps.push(Dep {
-            version: text("version").context("cargo metadata: a package without version")?,
-            license: text("license"),
-            license_file: text("license_file"),
-            authors: p["authors"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|a| a.as_str().map(String::from))
-                .collect(),
+            name: p.name.to_string(),
+            version: p.version.to_string(),
+            license: p.license.clone(),
+            license_file: p.license_file.as_ref().map(ToString::to_string),
+            authors: p.authors.clone(),
             usage,
-            dir: Path::new(&manifest)
+            dir: p
+                .manifest_path
                 .parent()
-                .with_context(|| format!("{name}: manifest path {manifest}"))?
-                .to_path_buf(),
-            name,
+                .with_context(|| format!("{}: manifest path {}", p.name, p.manifest_path))?
+                .into(),
         });
     }
     deps.sort_by(|a, b| (&a.name, &a.version).cmp(&(&b.name, &b.version)));
@@ -187,11 +146,11 @@ pub(super) fn dependencies(all: &Value, per_target: &[Value]) -> Result<Vec<Dep>
 mod tests {
     use super::*;
 
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     /// cargo metadata of a toy workspace: `(name, proc-macro)` packages, `(from, to, kind)`
     /// edges (kind: None normal, "build", "dev").
-    fn metadata(packages: &[(&str, bool)], edges: &[(&str, &str, Option<&str>)]) -> Value {
+    fn metadata(packages: &[(&str, bool)], edges: &[(&str, &str, Option<&str>)]) -> Metadata {
         let members = [
             "mtgdrdrv",
             "libgdrapi",
@@ -207,10 +166,13 @@ mod tests {
                 let member = members.contains(&name);
                 json!({
                     "id": name, "name": name, "version": "1.0.0", "license": "MIT",
-                    "license_file": null, "authors": [],
+                    "license_file": null, "authors": [], "dependencies": [], "features": {},
                     "source": if member { Value::Null } else { json!("registry+x") },
                     "manifest_path": format!("/r/{name}/Cargo.toml"),
-                    "targets": [{"kind": [if proc_macro { "proc-macro" } else { "lib" }]}],
+                    "targets": [{
+                        "name": name, "src_path": format!("/r/{name}/src/lib.rs"),
+                        "kind": [if proc_macro { "proc-macro" } else { "lib" }],
+                    }],
                 })
             })
             .collect();
@@ -221,12 +183,18 @@ mod tests {
                 let deps: Vec<Value> = edges
                     .iter()
                     .filter(|(from, _, _)| *from == id)
-                    .map(|(_, to, kind)| json!({"pkg": to, "dep_kinds": [{"kind": kind}]}))
+                    .map(|(_, to, kind)| {
+                        json!({"name": to, "pkg": to, "dep_kinds": [{"kind": kind}]})
+                    })
                     .collect();
-                json!({"id": id, "deps": deps})
+                json!({"id": id, "deps": deps, "dependencies": []})
             })
             .collect();
-        json!({"packages": packages, "resolve": {"nodes": nodes}, "workspace_members": members})
+        serde_json::from_value(json!({
+            "packages": packages, "resolve": {"nodes": nodes}, "workspace_members": members,
+            "workspace_root": "/r", "target_directory": "/r/target", "version": 1,
+        }))
+        .unwrap()
     }
 
     #[test]

@@ -3,6 +3,8 @@
 //! licence nobody has looked at must not slip into the copyright file under a guessed name.
 
 use anyhow::{bail, ensure, Result};
+use spdx::expression::{ExprNode, Operator};
+use spdx::{Expression, LicenseReq, ParseMode};
 
 /// SPDX identifier (with its exception, if any) to DEP-5 short name. Debian's names where
 /// copyright-format 1.0 has one (Expat, BSD-n-clause, GPL-2), SPDX's otherwise.
@@ -27,7 +29,6 @@ const SHORT_NAMES: &[(&str, Option<&str>, &str)] = &[
     ("Unlicense", None, "Unlicense"),
     ("GPL-2.0", None, "GPL-2"),
     ("GPL-2.0-only", None, "GPL-2"),
-    ("GPL-2.0+", None, "GPL-2+"),
     ("GPL-2.0-or-later", None, "GPL-2+"),
 ];
 
@@ -39,16 +40,53 @@ pub struct Dep5 {
     pub names: Vec<&'static str>,
 }
 
+/// How the `spdx` crate reads a `license` field: the SPDX grammar with case-sensitive
+/// identifiers (`mit` is no licence), but GNU's deprecated forms taken: `GPL-2.0`, and
+/// `GPL-2.0+`, which it reads as `GPL-2.0-or-later`.
+const MODE: ParseMode = ParseMode {
+    allow_deprecated: true,
+    allow_postfix_plus_on_gpl: true,
+    ..ParseMode::STRICT
+};
+
 pub fn to_dep5(spdx: &str) -> Result<Dep5> {
-    let mut parser = Parser {
-        tokens: tokens(&old_syntax(spdx)?),
-        pos: 0,
-    };
-    let expr = parser.or()?;
-    if let Some(extra) = parser.tokens.get(parser.pos) {
-        bail!("unexpected {extra:?}");
+    let mut mode = MODE;
+    // Cargo's old `MIT/Apache-2.0` syntax meant "either"; mixed with operators it is ambiguous.
+    if spdx.contains('/') {
+        let operators = ["AND", "OR", "WITH", "and", "or", "with"];
+        ensure!(
+            !spdx.contains(['(', ')']) && !spdx.split_whitespace().any(|w| operators.contains(&w)),
+            "mixes the old `A/B` syntax with SPDX operators"
+        );
+        mode.allow_slash_as_or_operator = true;
     }
-    let expr = expr.flatten();
+    let parsed = Expression::parse_mode(spdx, mode)?;
+    // The expression is in postfix order: rebuild the tree, an operator's operands of the same
+    // operator merged (`(A OR B) OR C` is `A OR B OR C`).
+    let mut stack = Vec::new();
+    for node in parsed.iter() {
+        let expr = match node {
+            ExprNode::Req(req) => Expr::Licence(short_name(&req.req)?),
+            ExprNode::Op(op) => {
+                let (Some(right), Some(left)) = (stack.pop(), stack.pop()) else {
+                    bail!("{spdx}: an operator without operands");
+                };
+                let terms = |e| match (op, e) {
+                    (Operator::And, Expr::And(t)) | (Operator::Or, Expr::Or(t)) => t,
+                    (_, e) => vec![e],
+                };
+                let both = [terms(left), terms(right)].into_iter().flatten().collect();
+                match op {
+                    Operator::And => Expr::And(both),
+                    Operator::Or => Expr::Or(both),
+                }
+            }
+        };
+        stack.push(expr);
+    }
+    let (Some(expr), None) = (stack.pop(), stack.pop()) else {
+        bail!("{spdx}: not one expression");
+    };
     let mut names = Vec::new();
     expr.names(&mut names);
     names.sort_unstable();
@@ -59,29 +97,16 @@ pub fn to_dep5(spdx: &str) -> Result<Dep5> {
     })
 }
 
-/// Cargo's old `MIT/Apache-2.0` syntax meant "either".
-fn old_syntax(spdx: &str) -> Result<String> {
-    if !spdx.contains('/') {
-        return Ok(spdx.to_string());
+fn short_name(req: &LicenseReq) -> Result<&'static str> {
+    let id = req.license.to_string();
+    let exception = req.addition.as_ref().map(ToString::to_string);
+    match SHORT_NAMES
+        .iter()
+        .find(|(i, e, _)| *i == id && *e == exception.as_deref())
+    {
+        Some((_, _, short)) => Ok(short),
+        None => bail!("no DEP-5 name for licence {req}"),
     }
-    let words: Vec<&str> = spdx.split_whitespace().collect();
-    ensure!(
-        !spdx.contains(['(', ')']) && !words.iter().any(|w| ["AND", "OR", "WITH"].contains(w)),
-        "mixes the old `A/B` syntax with SPDX operators"
-    );
-    Ok(spdx
-        .split('/')
-        .map(str::trim)
-        .collect::<Vec<_>>()
-        .join(" OR "))
-}
-
-fn tokens(spdx: &str) -> Vec<String> {
-    spdx.replace('(', " ( ")
-        .replace(')', " ) ")
-        .split_whitespace()
-        .map(String::from)
-        .collect()
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -91,104 +116,7 @@ enum Expr {
     Or(Vec<Expr>),
 }
 
-struct Parser {
-    tokens: Vec<String>,
-    pos: usize,
-}
-
-impl Parser {
-    fn eat(&mut self, token: &str) -> bool {
-        let hit = self.tokens.get(self.pos).is_some_and(|t| t == token);
-        self.pos += usize::from(hit);
-        hit
-    }
-
-    fn word(&mut self) -> Result<String> {
-        match self.tokens.get(self.pos) {
-            Some(t) if !["(", ")", "AND", "OR", "WITH"].contains(&t.as_str()) => {
-                self.pos += 1;
-                Ok(t.clone())
-            }
-            Some(t) => bail!("expected a licence identifier, found {t:?}"),
-            None => bail!("expected a licence identifier, found the end"),
-        }
-    }
-
-    fn or(&mut self) -> Result<Expr> {
-        let mut terms = vec![self.and()?];
-        while self.eat("OR") {
-            terms.push(self.and()?);
-        }
-        Ok(one_or(terms, Expr::Or))
-    }
-
-    fn and(&mut self) -> Result<Expr> {
-        let mut terms = vec![self.atom()?];
-        while self.eat("AND") {
-            terms.push(self.atom()?);
-        }
-        Ok(one_or(terms, Expr::And))
-    }
-
-    fn atom(&mut self) -> Result<Expr> {
-        if self.eat("(") {
-            let inner = self.or()?;
-            ensure!(self.eat(")"), "unbalanced parenthesis");
-            return Ok(inner);
-        }
-        let id = self.word()?;
-        let exception = if self.eat("WITH") {
-            Some(self.word()?)
-        } else {
-            None
-        };
-        match SHORT_NAMES
-            .iter()
-            .find(|(i, e, _)| *i == id && *e == exception.as_deref())
-        {
-            Some((_, _, short)) => Ok(Expr::Licence(short)),
-            None => match exception {
-                Some(e) => bail!("no DEP-5 name for licence {id} WITH {e}"),
-                None => bail!("no DEP-5 name for licence {id}"),
-            },
-        }
-    }
-}
-
-fn one_or(mut terms: Vec<Expr>, many: fn(Vec<Expr>) -> Expr) -> Expr {
-    if terms.len() == 1 {
-        terms.remove(0)
-    } else {
-        many(terms)
-    }
-}
-
 impl Expr {
-    /// `(A OR B) OR C` is `A OR B OR C`; the same for AND.
-    fn flatten(self) -> Expr {
-        match self {
-            Expr::Licence(_) => self,
-            Expr::Or(terms) => Expr::Or(
-                terms
-                    .into_iter()
-                    .flat_map(|t| match t.flatten() {
-                        Expr::Or(inner) => inner,
-                        other => vec![other],
-                    })
-                    .collect(),
-            ),
-            Expr::And(terms) => Expr::And(
-                terms
-                    .into_iter()
-                    .flat_map(|t| match t.flatten() {
-                        Expr::And(inner) => inner,
-                        other => vec![other],
-                    })
-                    .collect(),
-            ),
-        }
-    }
-
     fn names(&self, out: &mut Vec<&'static str>) {
         match self {
             Expr::Licence(name) => out.push(name),
@@ -305,6 +233,13 @@ mod tests {
         );
         let names = to_dep5("(MIT OR Apache-2.0) AND Unicode-3.0 AND MIT").unwrap();
         assert_eq!(names.names, ["Apache-2.0", "Expat", "Unicode-3.0"]);
+    }
+
+    #[test]
+    fn deprecated_gnu_forms_take_the_same_names() {
+        assert_eq!(dep5("GPL-2.0"), "GPL-2");
+        assert_eq!(dep5("GPL-2.0+"), "GPL-2+");
+        assert_eq!(dep5("GPL-2.0+ OR MIT"), "GPL-2+ or Expat");
     }
 
     #[test]
