@@ -4,7 +4,8 @@
 //! is Debian's: a sid chroot (`cache_dir()/chroots/sid-cross-arm64`, made once by chroot.rs, kept
 //! apart from the kernel matrix's sid chroot) with rustc, cargo, `libstd-rust-dev:arm64`, the
 //! aarch64 cross gcc/g++/binutils, `qemu-user` as cargo's runner, and `libc6:arm64` with
-//! `dpkg-dev` so that dpkg-shlibdeps can resolve the arm64 binaries' libraries.
+//! `dpkg-dev` and debhelper, so that the arm64 packages are built here by dpkg-buildpackage,
+//! whose dh_shlibdeps resolves the arm64 binaries' libraries.
 //!
 //! Every command runs in that chroot with the workspace bind-mounted at its own path (so paths
 //! are the same inside and out) and the host's crate registry at `/root/.cargo/registry`. The
@@ -41,6 +42,8 @@ const PACKAGES: &[&str] = &[
     "libc6:arm64",
     "libgcc-s1:arm64",
     "dpkg-dev",
+    // `cargo xtask deb-* --target`: dpkg-buildpackage runs debian/rules here.
+    "debhelper",
 ];
 
 /// The chroot's recipe: the architecture and the package list.

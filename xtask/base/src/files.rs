@@ -2,7 +2,6 @@
 //! trees, and the locks that keep two xtask processes from writing the same files.
 
 use std::fs;
-use std::io::Write;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -103,17 +102,6 @@ pub fn put_file(from: &Path, to: &Path, mode: u32) -> Result<()> {
     set_mode(to, mode)
 }
 
-/// `data` gzip'd at the best level (what lintian wants for changelogs and manual pages), with no
-/// file name or time in the header (GzBuilder's defaults), so that the .deb is reproducible.
-pub fn put_gzip(to: &Path, data: &[u8]) -> Result<()> {
-    parent_of(to)?;
-    let file = fs::File::create(to).with_context(|| format!("creating {}", to.display()))?;
-    let mut encoder = flate2::GzBuilder::new().write(file, flate2::Compression::best());
-    encoder.write_all(data)?;
-    encoder.finish()?;
-    set_mode(to, 0o644)
-}
-
 pub fn put_text(to: &Path, text: &str, mode: u32) -> Result<()> {
     parent_of(to)?;
     fs::write(to, text).with_context(|| format!("writing {}", to.display()))?;
@@ -126,34 +114,6 @@ pub fn put_symlink(target: &str, link: &Path) -> Result<()> {
         fs::remove_file(link).with_context(|| format!("replacing {}", link.display()))?;
     }
     symlink(target, link).with_context(|| format!("linking {}", link.display()))
-}
-
-/// Copies the tree `from/rel` into `to/rel`: directories, regular files with their mode,
-/// symlinks as symlinks; `skip` lists paths (relative to `from`) left out.
-fn copy_tree(from: &Path, to: &Path, rel: &Path, skip: &[String]) -> Result<()> {
-    let dir = from.join(rel);
-    for entry in fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
-        let entry = entry?;
-        let rel = rel.join(entry.file_name());
-        if skip.iter().any(|s| Path::new(s) == rel) {
-            continue;
-        }
-        let kind = entry.file_type()?;
-        let (src, dst) = (entry.path(), to.join(&rel));
-        if kind.is_symlink() {
-            let target = fs::read_link(&src)?;
-            let target = target
-                .to_str()
-                .with_context(|| format!("{} is not UTF-8", src.display()))?;
-            put_symlink(target, &dst)?;
-        } else if kind.is_dir() {
-            copy_tree(from, to, &rel, skip)?;
-        } else {
-            let mode = entry.metadata()?.permissions().mode() & 0o7777;
-            put_file(&src, &dst, mode)?;
-        }
-    }
-    Ok(())
 }
 
 /// The regular files under `dir`, sorted.
@@ -173,21 +133,4 @@ pub fn files(dir: &Path) -> Result<Vec<PathBuf>> {
     }
     found.sort();
     Ok(found)
-}
-
-/// Copies a file (with its mode), a symlink (as a symlink) or a directory tree.
-pub fn copy_path(from: &Path, to: &Path) -> Result<()> {
-    let meta = fs::symlink_metadata(from).with_context(|| format!("reading {}", from.display()))?;
-    if meta.file_type().is_symlink() {
-        let target = fs::read_link(from)?;
-        let target = target
-            .to_str()
-            .with_context(|| format!("{} is not UTF-8", from.display()))?;
-        put_symlink(target, to)
-    } else if meta.is_dir() {
-        fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
-        copy_tree(from, to, Path::new(""), &[])
-    } else {
-        put_file(from, to, meta.permissions().mode() & 0o7777)
-    }
 }

@@ -16,9 +16,9 @@ use xtask_pack::stage::Package;
 /// arm64 code, then lintian on them (lintian reads foreign-architecture packages).
 pub fn packages(sh: &Shell, target: &'static Target) -> Result<()> {
     let ws = Workspace::load(sh)?.for_target(Some(target));
-    let mut debs = Vec::new();
-    for package in Package::SPLIT {
-        let built = xtask_pack::deb::build(sh, &ws, package)?;
+    let debs = xtask_pack::deb::build_split(sh, &ws)?;
+    for built in &debs {
+        let package = built.package;
         let arch = xtask_pack::deb::field(&built.control, "Architecture").unwrap_or_default();
         let expected = if package.arch_all() {
             "all"
@@ -31,7 +31,6 @@ pub fn packages(sh: &Shell, target: &'static Target) -> Result<()> {
             built.path.display()
         );
         eprintln!("    {}", built.path.display());
-        debs.push(built);
     }
     // The staged trees are the packages' contents: their programs and libraries are arm64.
     for package in [Package::Lib, Package::Tests] {

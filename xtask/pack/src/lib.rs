@@ -3,6 +3,7 @@
 //! xtask-base only; the packages' tests are the test bench's (xtask-bench's pkgtest).
 
 pub mod deb;
+pub mod debhelper;
 pub mod dsc;
 pub mod identity;
 pub mod install;

@@ -1,0 +1,255 @@
+//! The packages, built the packager's way: `dpkg-buildpackage` runs debian/rules (debhelper) in
+//! a copy of the tree. xtask only builds the library and the tools first (with its reproducible
+//! flags, and for arm64 with Debian's cross toolchain) and names their release directory in
+//! `MTGDRCOPY_RELEASE_DIR`; everything after that — installing, splitting, stripping into
+//! -dbgsym packages, shlibs and symbols, maintainer scripts, control files, the archives — is
+//! debhelper's and dpkg's, from the same debian/ files a Debian build daemon uses.
+//!
+//! The copy lives in `build/deb/<flavour>/mtgdrcopy/`, so that dpkg-buildpackage leaves the
+//! .debs, .buildinfo and .changes in `build/deb/<flavour>/`; the .debs are then moved to
+//! `build/`. A cross build runs dpkg-buildpackage in the toolchain chroot (cross.rs), whose dpkg
+//! knows the arm64 libraries that dh_shlibdeps resolves.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{ensure, Context, Result};
+use xshell::{cmd, Shell};
+
+use xtask_base::workspace::Workspace;
+use xtask_base::{build, files, paths};
+
+use crate::dsc;
+use crate::stage::Package;
+
+/// The split packages of the source package, or the single-package build.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flavour {
+    Split,
+    Bundle,
+}
+
+/// Which of the flavour's packages dpkg-buildpackage builds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Everything (`-b`).
+    All,
+    /// The architecture-independent packages only (`-A`): no cargo build needed.
+    Indep,
+}
+
+impl Flavour {
+    fn name(self) -> &'static str {
+        match self {
+            Flavour::Split => "split",
+            Flavour::Bundle => "bundle",
+        }
+    }
+
+    /// `build/deb/<flavour>/`: where dpkg-buildpackage writes its results.
+    pub fn out_dir(self) -> PathBuf {
+        paths::build_dir().join("deb").join(self.name())
+    }
+
+    /// The source tree dpkg-buildpackage ran in: debian/<package>/ are the package trees.
+    pub fn source_dir(self) -> PathBuf {
+        self.out_dir().join("mtgdrcopy")
+    }
+}
+
+/// Runs dpkg-buildpackage for `flavour` and returns the .debs it made (in its output directory,
+/// sorted). Callers hold `files::lock()`.
+pub fn run(sh: &Shell, ws: &Workspace, flavour: Flavour, scope: Scope) -> Result<Vec<PathBuf>> {
+    xtask_base::host::ensure_host_packages(&crate::deb::HOST_PACKAGES)?;
+    if scope == Scope::All {
+        match ws.target {
+            Some(target) => xtask_base::cross::packaged(sh, target)?,
+            None => build::packaged(sh, &ws.target_dir)?,
+        }
+    }
+    let out = flavour.out_dir();
+    files::fresh_dir(&out)?;
+    let src = flavour.source_dir();
+    dsc::copy_tracked(sh, &src, &[])?;
+    if flavour == Flavour::Bundle {
+        bundle_debian_dir(&src.join("debian"))?;
+    }
+    let mode = match scope {
+        Scope::All => "-b",
+        Scope::Indep => "-A",
+    };
+    let env = [
+        format!("MTGDRCOPY_RELEASE_DIR={}", ws.packaged_dir().display()),
+        // The tests run elsewhere (`cargo xtask test`); -d: the Build-Depends name Debian's
+        // cargo and rustc, and this build uses the developer's.
+        "DEB_BUILD_OPTIONS=nocheck".to_owned(),
+    ];
+    let args = [mode, "-us", "-uc", "-nc", "-d"];
+    let log = out.join("dpkg-buildpackage.log");
+    let output = match ws.target {
+        Some(target) => xtask_base::cross::toolchain(sh)?
+            .cmd_in(sh, target, &env, &src, "dpkg-buildpackage")
+            .arg(format!("--host-arch={}", target.debian))
+            .args(args)
+            .quiet()
+            .ignore_status()
+            .output(),
+        None => {
+            let _cwd = sh.push_dir(&src);
+            let mut c = cmd!(sh, "dpkg-buildpackage {args...}");
+            for var in &env {
+                if let Some((k, v)) = var.split_once('=') {
+                    c = c.env(k, v);
+                }
+            }
+            c.quiet().ignore_status().output()
+        }
+    }
+    .context("running dpkg-buildpackage (install debhelper and dpkg-dev)")?;
+    let mut text = output.stdout;
+    text.extend_from_slice(&output.stderr);
+    fs::write(&log, &text).with_context(|| format!("writing {}", log.display()))?;
+    ensure!(
+        output.status.success(),
+        "dpkg-buildpackage failed (whole log: {}):\n{}",
+        log.display(),
+        tail(&String::from_utf8_lossy(&text), 30)
+    );
+    produced(&out)
+}
+
+/// The last `n` lines of `text`.
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// The .debs in `out` (made fresh for each run), sorted.
+fn produced(out: &Path) -> Result<Vec<PathBuf>> {
+    let mut debs = Vec::new();
+    for entry in fs::read_dir(out).with_context(|| format!("reading {}", out.display()))? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "deb") {
+            debs.push(path);
+        }
+    }
+    debs.sort();
+    ensure!(
+        !debs.is_empty(),
+        "dpkg-buildpackage made no .deb in {}",
+        out.display()
+    );
+    Ok(debs)
+}
+
+/// Turns the copy's debian/ into the single-package build's: one binary package `mtgdrcopy`
+/// (debian/mtgdrcopy-bundle.control) with every file of the three split packages, their
+/// maintainer scripts, the library's symbols, and its own changelog and lintian overrides.
+fn bundle_debian_dir(debian: &Path) -> Result<()> {
+    let read = |name: &str| {
+        let path = debian.join(name);
+        fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
+    };
+    let control = read("control")?;
+    let source = control
+        .split("\n\n")
+        .next()
+        .context("debian/control has no source paragraph")?;
+    let bundle = read("mtgdrcopy-bundle.control")?;
+    let mut install = String::new();
+    for part in [Package::Kmod, Package::Lib, Package::Tests] {
+        let list = read(&format!("{}.install", part.deb_name()))?;
+        install.push_str(&list);
+    }
+    let renames = [
+        ("mtgdrcopy-bundle.changelog", "mtgdrcopy.changelog"),
+        (
+            "mtgdrcopy-bundle.lintian-overrides",
+            "mtgdrcopy.lintian-overrides",
+        ),
+        ("libgdrapi.symbols", "mtgdrcopy.symbols"),
+        ("mtgdrdrv-dkms.postinst.in", "mtgdrcopy.postinst.in"),
+        ("mtgdrdrv-dkms.prerm.in", "mtgdrcopy.prerm.in"),
+    ];
+    for part in [Package::Kmod, Package::Lib, Package::Tests, Package::Meta] {
+        for suffix in ["install", "changelog", "lintian-overrides"] {
+            let path = debian.join(format!("{}.{suffix}", part.deb_name()));
+            if path.exists() && !renames.iter().any(|(from, _)| debian.join(from) == path) {
+                fs::remove_file(&path)?;
+            }
+        }
+    }
+    for (from, to) in renames {
+        fs::rename(debian.join(from), debian.join(to))
+            .with_context(|| format!("renaming debian/{from}"))?;
+    }
+    fs::remove_file(debian.join("mtgdrcopy-bundle.control"))?;
+    fs::write(debian.join("control"), format!("{source}\n\n{bundle}"))?;
+    fs::write(debian.join("mtgdrcopy.install"), install)?;
+    let mut rules = read("rules")?;
+    rules.push_str(
+        "\n# The single-package build: the module's README, under its own name.\n\
+         execute_after_dh_install:\n\
+         \tmkdir -p debian/mtgdrcopy/usr/share/doc/mtgdrcopy\n\
+         \tmv debian/mtgdrcopy/usr/share/doc/mtgdrdrv-dkms/README.md \\\n\
+         \t\tdebian/mtgdrcopy/usr/share/doc/mtgdrcopy/README.mtgdrdrv.md\n\
+         \trmdir debian/mtgdrcopy/usr/share/doc/mtgdrdrv-dkms\n",
+    );
+    fs::write(debian.join("rules"), rules)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The real debian/ turned into the bundle's: one binary package with every file of the
+    /// three, their scripts and the library's symbols; nothing of the split packages left.
+    #[test]
+    fn the_bundle_is_one_package_with_everything() -> Result<()> {
+        let dir = std::env::temp_dir().join(format!("xtask-bundle-{}", std::process::id()));
+        let debian = dir.join("debian");
+        let sh = Shell::new()?;
+        if dir.exists() {
+            fs::remove_dir_all(&dir)?;
+        }
+        fs::create_dir_all(&dir)?;
+        cmd!(sh, "cp -r")
+            .arg(paths::root().join("debian"))
+            .arg(&dir)
+            .quiet()
+            .run()?;
+        bundle_debian_dir(&debian)?;
+        let control = xtask_base::debian::Control::read(&debian.join("control"))?;
+        let names: Vec<&str> = control
+            .binaries
+            .iter()
+            .filter_map(|p| p.get("Package"))
+            .collect();
+        assert_eq!(names, ["mtgdrcopy"]);
+        assert!(control.binary("mtgdrcopy")?.get("Conflicts").is_some());
+        let install = fs::read_to_string(debian.join("mtgdrcopy.install"))?;
+        for part in [Package::Kmod, Package::Lib, Package::Tests] {
+            let list = fs::read_to_string(
+                paths::root().join(format!("debian/{}.install", part.deb_name())),
+            )?;
+            assert!(
+                list.lines().all(|l| install.lines().any(|i| i == l)),
+                "{list}"
+            );
+            assert!(!debian.join(format!("{}.install", part.deb_name())).exists());
+        }
+        for file in [
+            "mtgdrcopy.symbols",
+            "mtgdrcopy.postinst.in",
+            "mtgdrcopy.prerm.in",
+        ] {
+            assert!(debian.join(file).exists(), "{file}");
+        }
+        let changelog = fs::read_to_string(debian.join("mtgdrcopy.changelog"))?;
+        assert!(changelog.starts_with("mtgdrcopy (") && changelog.contains("+bundle)"));
+        assert!(fs::read_to_string(debian.join("rules"))?.contains("README.mtgdrdrv.md"));
+        fs::remove_dir_all(&dir)?;
+        Ok(())
+    }
+}
