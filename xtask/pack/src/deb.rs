@@ -105,7 +105,7 @@ pub fn build_split(sh: &Shell, ws: &Workspace) -> Result<Vec<Built>> {
     let debs = debhelper::run(sh, ws, Flavour::Split, Scope::All)?;
     Package::SPLIT
         .iter()
-        .map(|&p| collect(sh, Flavour::Split, &debs, p))
+        .map(|&p| collect(sh, ws, Flavour::Split, &debs, p))
         .collect()
 }
 
@@ -118,12 +118,18 @@ pub fn build(sh: &Shell, ws: &Workspace, package: Package) -> Result<Built> {
         Package::Lib | Package::Tests => (Flavour::Split, Scope::All),
     };
     let debs = debhelper::run(sh, ws, flavour, scope)?;
-    collect(sh, flavour, &debs, package)
+    collect(sh, ws, flavour, &debs, package)
 }
 
 /// Moves `package`'s .deb and -dbgsym .deb out of what dpkg-buildpackage made into build/,
 /// replacing older builds, and its trees into build/pkg/ (as `cargo xtask build-*` leaves them).
-fn collect(sh: &Shell, flavour: Flavour, debs: &[PathBuf], package: Package) -> Result<Built> {
+fn collect(
+    sh: &Shell,
+    ws: &Workspace,
+    flavour: Flavour,
+    debs: &[PathBuf],
+    package: Package,
+) -> Result<Built> {
     crate::stage::copy_trees(sh, flavour, package)?;
     let named = |name: &str| {
         debs.iter()
@@ -140,6 +146,14 @@ fn collect(sh: &Shell, flavour: Flavour, debs: &[PathBuf], package: Package) -> 
         .quiet()
         .read()
         .with_context(|| format!("reading the control file of {}", made.display()))?;
+    // dh_gencontrol takes the version from the package's changelog: it must be the crate's.
+    let version = field(&control, "Version").unwrap_or_default();
+    crate::versions::changelog_entry(
+        package,
+        &package_version(ws, package)?,
+        &format!("mtgdrcopy ({version}) "),
+    )
+    .map_err(anyhow::Error::msg)?;
     let architecture = field(&control, "Architecture")
         .unwrap_or_default()
         .to_owned();

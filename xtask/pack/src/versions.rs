@@ -12,7 +12,7 @@
 //!   staging), never a number;
 //! - the root Cargo.toml's `[workspace.dependencies]` pin the path crates' exact versions;
 //! - each package's `debian/<package>.changelog` starts with an entry for the package's Debian
-//!   version (staging refuses otherwise, through [`changelog_entry`]), and debian/changelog
+//!   version (`deb-*` refuses otherwise, through [`changelog_entry`]), and debian/changelog
 //!   with the release's.
 
 use std::fs;
@@ -76,7 +76,7 @@ impl Tree {
 }
 
 /// Checks the newest entry of a package's changelog: `<package> (<version>) <dist>; ...`.
-/// Used by staging too, so no .deb is built without its changelog entry.
+/// Used by `deb-*` too, so no .deb is built without its changelog entry.
 /// The source package's name (debian/control).
 const SOURCE: &str = "mtgdrcopy";
 
