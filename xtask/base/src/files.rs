@@ -116,6 +116,34 @@ pub fn put_symlink(target: &str, link: &Path) -> Result<()> {
     symlink(target, link).with_context(|| format!("linking {}", link.display()))
 }
 
+/// Copies the tree `from/rel` into `to/rel`: directories, regular files with their mode,
+/// symlinks as symlinks; `skip` lists paths (relative to `from`) left out.
+pub fn copy_tree(from: &Path, to: &Path, rel: &Path, skip: &[String]) -> Result<()> {
+    let dir = from.join(rel);
+    for entry in fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+        let entry = entry?;
+        let rel = rel.join(entry.file_name());
+        if skip.iter().any(|s| Path::new(s) == rel) {
+            continue;
+        }
+        let kind = entry.file_type()?;
+        let (src, dst) = (entry.path(), to.join(&rel));
+        if kind.is_symlink() {
+            let target = fs::read_link(&src)?;
+            let target = target
+                .to_str()
+                .with_context(|| format!("{} is not UTF-8", src.display()))?;
+            put_symlink(target, &dst)?;
+        } else if kind.is_dir() {
+            copy_tree(from, to, &rel, skip)?;
+        } else {
+            let mode = entry.metadata()?.permissions().mode() & 0o7777;
+            put_file(&src, &dst, mode)?;
+        }
+    }
+    Ok(())
+}
+
 /// The regular files under `dir`, sorted.
 pub fn files(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut found = Vec::new();
@@ -133,4 +161,21 @@ pub fn files(dir: &Path) -> Result<Vec<PathBuf>> {
     }
     found.sort();
     Ok(found)
+}
+
+/// Copies a file (with its mode), a symlink (as a symlink) or a directory tree.
+pub fn copy_path(from: &Path, to: &Path) -> Result<()> {
+    let meta = fs::symlink_metadata(from).with_context(|| format!("reading {}", from.display()))?;
+    if meta.file_type().is_symlink() {
+        let target = fs::read_link(from)?;
+        let target = target
+            .to_str()
+            .with_context(|| format!("{} is not UTF-8", from.display()))?;
+        put_symlink(target, to)
+    } else if meta.is_dir() {
+        fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
+        copy_tree(from, to, Path::new(""), &[])
+    } else {
+        put_file(from, to, meta.permissions().mode() & 0o7777)
+    }
 }

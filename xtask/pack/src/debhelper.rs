@@ -19,8 +19,23 @@ use xshell::{cmd, Shell};
 use xtask_base::workspace::Workspace;
 use xtask_base::{build, files, paths};
 
-use crate::dsc;
 use crate::stage::Package;
+
+/// What debian/rules reads: the packaging, the module's sources, the library's header and
+/// pkg-config template, the tools' manual pages, the crates' versions. Copied as they are in
+/// the working tree (which need not be a git checkout: the reproducibility and upgrade tests
+/// build from copies).
+const INPUTS: &[&str] = &[
+    "debian",
+    "dkms",
+    "mtgdrdrv",
+    "libgdrapi",
+    "mtgdrcopy-tests",
+    "mtgdrcopy-meta",
+    "Cargo.toml",
+    "Cargo.lock",
+    "README.md",
+];
 
 /// The split packages of the source package, or the single-package build.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,7 +85,17 @@ pub fn run(sh: &Shell, ws: &Workspace, flavour: Flavour, scope: Scope) -> Result
     let out = flavour.out_dir();
     files::fresh_dir(&out)?;
     let src = flavour.source_dir();
-    dsc::copy_tracked(sh, &src, &[])?;
+    let root = paths::root();
+    // The fuzzer's corpus and build are no input (and can be large).
+    let left_out = ["libgdrapi/fuzz".to_owned()];
+    for input in INPUTS {
+        if root.join(input).is_dir() {
+            fs::create_dir_all(src.join(input))?;
+            files::copy_tree(&root, &src, Path::new(input), &left_out)?;
+        } else {
+            files::copy_path(&root.join(input), &src.join(input))?;
+        }
+    }
     if flavour == Flavour::Bundle {
         bundle_debian_dir(&src.join("debian"))?;
     }
