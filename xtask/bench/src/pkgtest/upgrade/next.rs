@@ -89,31 +89,17 @@ pub(super) fn build_next(sh: &Shell) -> Result<Vec<Deb>> {
     })?;
 
     let revision = xtask_base::debian::revision()?;
-    let source = format!("mtgdrcopy ({lib}-{revision})");
+    // Every entry carries the source package's name, whatever the binary package's
+    // (dpkg-gencontrol refuses another).
     let entries = [
-        ("changelog", source.clone()),
-        (
-            "mtgdrdrv-dkms.changelog",
-            format!("mtgdrdrv-dkms ({drv}-{revision})"),
-        ),
-        (
-            "libgdrapi.changelog",
-            format!("libgdrapi ({lib}-{revision})"),
-        ),
-        (
-            "mtgdrcopy-tests.changelog",
-            format!("mtgdrcopy-tests ({lib}-{revision})"),
-        ),
-        (
-            "mtgdrcopy.changelog",
-            format!("mtgdrcopy ({lib}-{revision})"),
-        ),
-        (
-            "mtgdrcopy-bundle.changelog",
-            format!("mtgdrcopy ({lib}-{revision}+bundle)"),
-        ),
+        ("changelog", format!("{lib}-{revision}")),
+        ("mtgdrdrv-dkms.changelog", format!("{drv}-{revision}")),
+        ("libgdrapi.changelog", format!("{lib}-{revision}")),
+        ("mtgdrcopy-tests.changelog", format!("{lib}-{revision}")),
+        ("mtgdrcopy.changelog", format!("{lib}-{revision}")),
+        ("mtgdrcopy-bundle.changelog", format!("{lib}-{revision}+bundle")),
     ];
-    for (file, head) in entries {
+    for (file, version) in entries {
         let path = dir.join("debian").join(file);
         rewrite(&path, |old| {
             let trailer = old
@@ -121,7 +107,7 @@ pub(super) fn build_next(sh: &Shell) -> Result<Vec<Deb>> {
                 .find(|l| l.starts_with(" -- "))
                 .with_context(|| format!("{}: no trailer line", path.display()))?;
             Ok(format!(
-                "{head} unstable; urgency=medium\n\n  * The next release of the upgrade test \
+                "mtgdrcopy ({version}) unstable; urgency=medium\n\n  * The next release of the upgrade test \
                  (cargo xtask test-packages --upgrade-only).\n\n{trailer}\n\n{old}"
             ))
         })?;
