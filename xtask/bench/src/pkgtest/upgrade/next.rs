@@ -97,7 +97,10 @@ pub(super) fn build_next(sh: &Shell) -> Result<Vec<Deb>> {
         ("libgdrapi.changelog", format!("{lib}-{revision}")),
         ("mtgdrcopy-tests.changelog", format!("{lib}-{revision}")),
         ("mtgdrcopy.changelog", format!("{lib}-{revision}")),
-        ("mtgdrcopy-bundle.changelog", format!("{lib}-{revision}+bundle")),
+        (
+            "mtgdrcopy-bundle.changelog",
+            format!("{lib}-{revision}+bundle"),
+        ),
     ];
     for (file, version) in entries {
         let path = dir.join("debian").join(file);
