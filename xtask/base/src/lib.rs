@@ -8,7 +8,6 @@ pub mod chroot;
 pub mod cross;
 pub mod deb822;
 pub mod debian;
-pub mod elf;
 pub mod files;
 pub mod generated;
 pub mod host;

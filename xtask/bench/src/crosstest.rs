@@ -5,11 +5,15 @@
 use anyhow::{ensure, Context, Result};
 use xshell::Shell;
 
-use xtask_base::cross::{ensure_elf_for, header_test, unit_tests, workspace_with_debian_rustc};
+use xtask_base::cross::{build, ensure_elf_for, fetch, toolchain};
+use xtask_base::library::link_library;
+use xtask_base::paths;
 use xtask_base::steps::Step;
 use xtask_base::targets::{self, Target, TARGETS};
+use xtask_base::targets::{release_dir, AARCH64};
 use xtask_base::workspace::Workspace;
-use xtask_base::{elf, paths};
+
+use crate::elf;
 use xtask_pack::stage::Package;
 
 /// `deb-all` for `target`: the four packages, checked to carry the right architecture and
@@ -41,6 +45,98 @@ pub fn packages(sh: &Shell, target: &'static Target) -> Result<()> {
         }
     }
     xtask_pack::deb::lintian(sh, &debs)
+}
+
+/// The crates' tests for `target`, run under qemu-user: the ABI crate's layout tests and all
+/// of libgdrapi's, among them the copy variants' size × misalignment matrix (NEON and generic
+/// on arm64).
+pub fn unit_tests(sh: &Shell, target: &Target) -> Result<()> {
+    fetch(sh)?;
+    let toolchain = toolchain(sh)?;
+    eprintln!("    toolchain: {}", toolchain.rustc);
+    toolchain
+        .cargo(sh, target, "test")
+        // The library targets' tests: libgdrapi's integration test (tests/cdylib.rs) runs host
+        // compilers, and header_test below is its arm64 counterpart.
+        .args(["--quiet", "-p", "mtgdrdrv", "-p", "libgdrapi", "--lib"])
+        .run()
+        .with_context(|| format!("tests of mtgdrdrv and libgdrapi for {}", target.triple))
+}
+
+/// gdrapi.h's C and C++ tests (libgdrapi/tests/c, which libgdrapi's own `cdylib` test runs
+/// natively) for `target`: compiled with the cross gcc/g++ against the cross-built
+/// libgdrapi.so.1 and run under qemu-user with logging on, so the struct sizes and offsets the
+/// tests assert hold on that ABI too and the library's one error line reaches C's stderr. (How
+/// logging is filtered is the same Rust on every target: the native test covers it.)
+pub fn header_test(sh: &Shell, target: &Target) -> Result<()> {
+    build(sh, target, true, false)?;
+    let toolchain = toolchain(sh)?;
+    let out = paths::build_dir().join(format!("header-test-{}", target.debian));
+    let lib = link_library(&release_dir(target), &out.join("lib"))?;
+    let src = paths::root().join("libgdrapi/tests/c");
+    let include = paths::root().join("libgdrapi/include");
+    for (compiler, std, file) in [
+        ("gcc", "-std=c11", "header_test.c"),
+        ("g++", "-std=c++11", "header_test.cpp"),
+    ] {
+        let compiler = format!("{}-{compiler}", target.multiarch);
+        let exe = out.join(file.replace('.', "_"));
+        toolchain
+            .cmd(sh, target, &[], &compiler)
+            .args([std, "-Wall", "-Wextra", "-Werror", "-pedantic"])
+            .arg(format!("-I{}", include.display()))
+            .arg(src.join(file))
+            .arg(format!("-L{}", lib.display()))
+            .arg("-lgdrapi")
+            .arg(format!("-Wl,-rpath,{}", lib.display()))
+            .arg("-o")
+            .arg(&exe)
+            .run()
+            .with_context(|| format!("compiling {file} with {compiler}"))?;
+        ensure_elf_for(&exe, target)?;
+        // The chroot has no /dev/mtgdrdrv: gdr_open fails and says how to load the module.
+        let env = ["GDRCOPY_ENABLE_LOGGING=1".to_owned()];
+        let run = toolchain
+            .run_program(sh, target, &env, &exe)
+            .quiet()
+            .ignore_status()
+            .output()
+            .with_context(|| format!("running {} under {}", exe.display(), target.qemu))?;
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&run.stdout),
+            String::from_utf8_lossy(&run.stderr),
+        );
+        ensure!(
+            run.status.success()
+                && stdout.contains("header test passed")
+                && stderr.lines().count() == 1
+                && stderr.contains("modprobe mtgdrdrv"),
+            "{} under {}: {stdout}{stderr}",
+            exe.display(),
+            target.qemu
+        );
+    }
+    Ok(())
+}
+
+/// The whole workspace, every target kind, type-checked by Debian's rustc for the machine's
+/// own architecture: the workspace must build with both toolchains, not only the crates that
+/// are cross-built (xtask, the fuzzer and the emulated libmusa too).
+pub fn workspace_with_debian_rustc(sh: &Shell) -> Result<()> {
+    fetch(sh)?;
+    let toolchain = toolchain(sh)?;
+    toolchain
+        .cmd(sh, &AARCH64, &[], "cargo")
+        .args([
+            "check",
+            "--quiet",
+            "--workspace",
+            "--all-targets",
+            "--locked",
+            "--offline",
+        ])
+        .run()
+        .with_context(|| format!("cargo check --workspace with {}", toolchain.rustc))
 }
 
 /// The steps of `cargo xtask test` for the cross toolchain: the workspace checked with it, and

@@ -9,6 +9,7 @@ pub mod aptrepo;
 pub mod bench;
 pub mod copycount;
 pub mod crosstest;
+pub mod elf;
 pub mod fuzz;
 pub mod hostbench;
 pub mod kernel;

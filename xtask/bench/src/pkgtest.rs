@@ -60,9 +60,11 @@ use std::time::Instant;
 use anyhow::{ensure, Context, Result};
 use xshell::{cmd, Shell};
 
+use xtask_base::paths;
 use xtask_base::steps::Step;
 use xtask_base::workspace::Workspace;
-use xtask_base::{elf, paths};
+
+use crate::elf;
 use xtask_pack::deb::{self, Built};
 use xtask_pack::stage::{self, Package};
 

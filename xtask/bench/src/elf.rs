@@ -1,5 +1,5 @@
-//! ELF files as dh_strip and dpkg-shlibdeps see them: which files of a tree are loadable, and
-//! whether each is an executable or a shared library.
+//! ELF files in a package's tree: which are loadable (the package tests expect a -dbgsym
+//! package exactly then, and arm64 code in the arm64 packages), executable or shared library.
 
 use std::fs;
 use std::io::Read;
@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use crate::files;
+use xtask_base::files;
 
 /// Executables and shared libraries (not archives, not kernel objects) in `tree`.
 pub fn elf_files(tree: &Path) -> Result<Vec<PathBuf>> {
