@@ -204,14 +204,14 @@ pub fn source_date_epoch(sh: &Shell) -> Result<String> {
         .context("dpkg-parsechangelog (package dpkg-dev) failed on debian/changelog")
 }
 
-/// Removes other builds of `name` for `architecture` (those of another architecture stay:
-/// amd64 and arm64 packages are built side by side).
+/// Removes other builds of `name` for `architecture` beside `keep` (those of another
+/// architecture stay: amd64 and arm64 packages are built side by side).
 fn remove_old_debs(name: &str, architecture: &str, keep: &Path) -> Result<()> {
-    let dir = paths::build_dir();
-    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let dir = keep.parent().context("a .deb path has no directory")?;
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let prefix = format!("{name}_");
     let bundle = keep.to_string_lossy().contains("+bundle_");
-    for entry in fs::read_dir(&dir)? {
+    for entry in fs::read_dir(dir)? {
         let path = entry?.path();
         let Some(file) = path.file_name().and_then(|n| n.to_str()) else {
             continue;
@@ -248,4 +248,51 @@ pub fn lintian(sh: &Shell, debs: &[Built]) -> Result<()> {
         files.extend(d.dbgsym.clone());
     }
     lintian::lintian_files(sh, &files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A new build replaces the package's older builds for its architecture only, and the
+    /// metapackage and the bundle (one name) do not replace each other.
+    #[test]
+    fn old_builds_go_other_architectures_and_the_bundle_stay() -> Result<()> {
+        let dir = std::env::temp_dir().join(format!("xtask-old-debs-{}", std::process::id()));
+        files::fresh_dir(&dir)?;
+        let all = [
+            "mtgdrcopy_0.9.0-1_all.deb",
+            "mtgdrcopy_1.0.0-1_all.deb",
+            "mtgdrcopy_0.9.0-1+bundle_amd64.deb",
+            "mtgdrcopy-tests_0.9.0-1_amd64.deb",
+            "libgdrapi_0.9.0-1_amd64.deb",
+            "libgdrapi_0.9.0-1_arm64.deb",
+            "libgdrapi_1.0.0-1_amd64.deb",
+        ];
+        for name in all {
+            fs::write(dir.join(name), "")?;
+        }
+        remove_old_debs(
+            "libgdrapi",
+            "amd64",
+            &dir.join("libgdrapi_1.0.0-1_amd64.deb"),
+        )?;
+        remove_old_debs("mtgdrcopy", "all", &dir.join("mtgdrcopy_1.0.0-1_all.deb"))?;
+        let mut left: Vec<String> = fs::read_dir(&dir)?
+            .map(|e| Ok(e?.file_name().to_string_lossy().into_owned()))
+            .collect::<Result<_>>()?;
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                "libgdrapi_0.9.0-1_arm64.deb",
+                "libgdrapi_1.0.0-1_amd64.deb",
+                "mtgdrcopy-tests_0.9.0-1_amd64.deb",
+                "mtgdrcopy_0.9.0-1+bundle_amd64.deb",
+                "mtgdrcopy_1.0.0-1_all.deb",
+            ]
+        );
+        fs::remove_dir_all(&dir)?;
+        Ok(())
+    }
 }
