@@ -1,2 +1,2 @@
-//! Packaging only: this crate carries the `[package.metadata.deb]` of the `mtgdrcopy`
-//! metapackage, which installs `libgdrapi`, `mtgdrcopy-tests` and `mtgdrdrv-dkms`. It has no code.
+//! Packaging only: this crate carries the version of the `mtgdrcopy` metapackage, which installs
+//! `libgdrapi`, `mtgdrcopy-tests` and `mtgdrdrv-dkms`. It has no code.

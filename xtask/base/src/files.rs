@@ -10,8 +10,8 @@ use anyhow::{Context, Result};
 use crate::paths;
 
 /// Excludes other xtask processes from build/pkg/ and the .debs in build/ while held: the
-/// staged trees have fixed paths (cargo-deb reads them from Cargo.toml), so two runs staging at
-/// once would pull files from under each other.
+/// staged trees and debhelper's copy of the tree have fixed paths (build/pkg/<package>/,
+/// build/deb/<flavour>/), so two runs staging at once would pull files from under each other.
 pub fn lock() -> Result<fs::File> {
     lock_file(&paths::build_dir().join("pkg/.lock"), "building packages")
 }

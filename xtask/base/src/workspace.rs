@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use serde_json::Value;
+use cargo_metadata::MetadataCommand;
 use xshell::{cmd, Shell};
 
 use crate::{cargo, paths, targets};
@@ -46,40 +46,28 @@ impl Workspace {
             .quiet()
             .read()
             .context("running cargo metadata")?;
-        let meta: Value = serde_json::from_str(&json).context("parsing cargo metadata")?;
-        let target_dir = meta["target_directory"]
-            .as_str()
-            .map(PathBuf::from)
-            .context("cargo metadata has no target_directory")?;
-        let mut crates = Vec::new();
-        for p in meta["packages"].as_array().into_iter().flatten() {
-            let text = |key: &str| -> Result<String> {
-                p[key]
-                    .as_str()
-                    .map(String::from)
-                    .with_context(|| format!("cargo metadata: a package without {key}"))
-            };
-            let mut bins: Vec<String> = p["targets"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|t| {
-                    t["kind"]
-                        .as_array()
-                        .is_some_and(|k| k.iter().any(|k| k == "bin"))
-                })
-                .filter_map(|t| t["name"].as_str().map(String::from))
-                .collect();
-            bins.sort();
-            crates.push(Crate {
-                name: text("name")?,
-                version: text("version")?,
-                bins,
-            });
-        }
+        let meta = MetadataCommand::parse(json).context("parsing cargo metadata")?;
+        let crates = meta
+            .packages
+            .into_iter()
+            .map(|p| {
+                let mut bins: Vec<String> = p
+                    .targets
+                    .into_iter()
+                    .filter(|t| t.is_bin())
+                    .map(|t| t.name)
+                    .collect();
+                bins.sort();
+                Crate {
+                    name: p.name.into_inner(),
+                    version: p.version.to_string(),
+                    bins,
+                }
+            })
+            .collect();
         Ok(Workspace {
             crates,
-            target_dir,
+            target_dir: meta.target_directory.into_std_path_buf(),
             target: None,
         })
     }

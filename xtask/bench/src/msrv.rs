@@ -24,7 +24,8 @@
 use std::collections::{HashMap, HashSet};
 
 use anyhow::{bail, ensure, Context, Result};
-use serde_json::Value;
+use cargo_metadata::semver::Version;
+use cargo_metadata::{DependencyKind, Metadata, MetadataCommand, Node, Package, PackageId};
 use xshell::{cmd, Shell};
 
 use xtask_base::paths;
@@ -35,61 +36,46 @@ fn own_msrv(name: &str) -> bool {
     name == "xtask" || name.starts_with("xtask-")
 }
 
-/// `major.minor[.patch]` as a comparable triple.
-fn parse(version: &str) -> Option<(u32, u32, u32)> {
-    let mut parts = version.split('.');
-    let major = parts.next()?.parse().ok()?;
-    let minor = parts.next()?.parse().ok()?;
-    let patch = match parts.next() {
-        Some(p) => p.parse().ok()?,
-        None => 0,
-    };
-    parts.next().is_none().then_some((major, minor, patch))
-}
-
 /// One `rust-version` and the crates held to it.
 #[derive(Debug, PartialEq)]
 struct Checked<'a> {
     /// Whose it is: "product" or an xtask crate's name.
     whose: &'a str,
-    rust_version: String,
+    /// As cargo_metadata reads it: `1.85` is 1.85.0, compared as numbers, not text.
+    rust_version: &'a Version,
     /// How many crates (members included) it was checked against.
     crates: usize,
 }
 
 /// The rule on `cargo metadata` output; what it checked, or every violation in one error.
-fn check_metadata<'a>(meta: &'a Value) -> Result<Vec<Checked<'a>>> {
-    let packages: HashMap<&'a str, &'a Value> = meta["packages"]
-        .as_array()
-        .context("cargo metadata has no packages")?
-        .iter()
-        .filter_map(|p| Some((p["id"].as_str()?, p)))
-        .collect();
-    let nodes: HashMap<&'a str, &'a Value> = meta["resolve"]["nodes"]
-        .as_array()
-        .context("cargo metadata has no resolve graph")?
-        .iter()
-        .filter_map(|n| Some((n["id"].as_str()?, n)))
-        .collect();
-    let members: Vec<&str> = meta["workspace_members"]
-        .as_array()
-        .context("cargo metadata has no workspace_members")?
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
-    let name = |id: &'a str| -> &'a str {
+fn check_metadata(meta: &Metadata) -> Result<Vec<Checked<'_>>> {
+    let packages: HashMap<&PackageId, &Package> =
+        meta.packages.iter().map(|p| (&p.id, p)).collect();
+    let package = |id: &PackageId| -> Result<&Package> {
         packages
             .get(id)
-            .and_then(|p| p["name"].as_str())
-            .unwrap_or(id)
+            .copied()
+            .with_context(|| format!("cargo metadata: no package {id}"))
     };
-    let rust_version =
-        |id: &str| -> Option<&'a str> { packages.get(id).and_then(|p| p["rust_version"].as_str()) };
-
-    let (own, product): (Vec<&str>, Vec<&str>) = members.iter().partition(|id| own_msrv(name(id)));
-    let product_versions: Vec<(&str, Option<&str>)> = product
+    let nodes: HashMap<&PackageId, &Node> = meta
+        .resolve
+        .as_ref()
+        .context("cargo metadata has no resolve graph")?
+        .nodes
         .iter()
-        .map(|id| (name(id), rust_version(id)))
+        .map(|n| (&n.id, n))
+        .collect();
+    let members = meta
+        .workspace_members
+        .iter()
+        .map(package)
+        .collect::<Result<Vec<_>>>()?;
+
+    let (own, product): (Vec<&Package>, Vec<&Package>) =
+        members.into_iter().partition(|p| own_msrv(&p.name));
+    let product_versions: Vec<(&str, Option<&Version>)> = product
+        .iter()
+        .map(|p| (p.name.as_str(), p.rust_version.as_ref()))
         .collect();
     let msrv = match product_versions.first() {
         Some((_, Some(v))) if product_versions.iter().all(|(_, w)| *w == Some(*v)) => *v,
@@ -99,33 +85,30 @@ fn check_metadata<'a>(meta: &'a Value) -> Result<Vec<Checked<'a>>> {
         ),
     };
 
+    let product: Vec<&PackageId> = product.iter().map(|p| &p.id).collect();
     let mut checked = vec![("product", msrv, reachable(&nodes, &product, true)?)];
-    for id in &own {
-        let whose = name(id);
-        let v = rust_version(id)
-            .with_context(|| format!("{whose} declares no rust-version of its own"))?;
-        checked.push((whose, v, reachable(&nodes, &[id], false)?));
+    for p in &own {
+        let v = p
+            .rust_version
+            .as_ref()
+            .with_context(|| format!("{} declares no rust-version of its own", p.name))?;
+        checked.push((p.name.as_str(), v, reachable(&nodes, &[&p.id], false)?));
     }
 
     let mut problems = Vec::new();
-    for (whose, v, crates) in &checked {
-        let limit = parse(v).with_context(|| format!("{whose} rust-version {v:?}"))?;
+    for (whose, limit, crates) in &checked {
         let mut newer = Vec::new();
         for id in crates {
-            let Some(rv) = rust_version(id) else {
-                continue;
-            };
-            let parsed = parse(rv).with_context(|| format!("{}: rust-version {rv:?}", name(id)))?;
-            if parsed > limit {
-                let version = packages[id]["version"].as_str().unwrap_or("?");
-                newer.push(format!("{} {version} (rust-version {rv})", name(id)));
+            let p = package(id)?;
+            if let Some(rv) = p.rust_version.as_ref().filter(|rv| rv > limit) {
+                newer.push(format!("{} {} (rust-version {rv})", p.name, p.version));
             }
         }
         newer.sort();
         if !newer.is_empty() {
             problems.push(format!(
                 "dependencies of the {whose} crates need a newer Rust than their rust-version \
-                 {v}: {}",
+                 {limit}: {}",
                 newer.join(", ")
             ));
         }
@@ -133,9 +116,9 @@ fn check_metadata<'a>(meta: &'a Value) -> Result<Vec<Checked<'a>>> {
     ensure!(problems.is_empty(), "{}", problems.join("; "));
     Ok(checked
         .into_iter()
-        .map(|(whose, v, crates)| Checked {
+        .map(|(whose, rust_version, crates)| Checked {
             whose,
-            rust_version: v.to_string(),
+            rust_version,
             crates: crates.len(),
         })
         .collect())
@@ -144,12 +127,12 @@ fn check_metadata<'a>(meta: &'a Value) -> Result<Vec<Checked<'a>>> {
 /// The crates `roots` build with: themselves and what they reach through normal and build
 /// dependencies, plus, when `with_dev`, the roots' own dev-dependencies (their tests').
 fn reachable<'a>(
-    nodes: &HashMap<&'a str, &'a Value>,
-    roots: &[&'a str],
+    nodes: &HashMap<&'a PackageId, &'a Node>,
+    roots: &[&'a PackageId],
     with_dev: bool,
-) -> Result<HashSet<&'a str>> {
+) -> Result<HashSet<&'a PackageId>> {
     let mut seen = HashSet::new();
-    let mut todo: Vec<&str> = roots.to_vec();
+    let mut todo = roots.to_vec();
     while let Some(id) = todo.pop() {
         if !seen.insert(id) {
             continue;
@@ -158,16 +141,14 @@ fn reachable<'a>(
             .get(id)
             .with_context(|| format!("{id} is not in the resolve graph"))?;
         let is_root = roots.contains(&id);
-        for dep in node["deps"].as_array().into_iter().flatten() {
-            let wanted = dep["dep_kinds"].as_array().into_iter().flatten().any(|k| {
-                match k["kind"].as_str() {
-                    None | Some("build") => true,
-                    Some("dev") => with_dev && is_root,
-                    Some(_) => false,
-                }
+        for dep in &node.deps {
+            let wanted = dep.dep_kinds.iter().any(|k| match k.kind {
+                DependencyKind::Normal | DependencyKind::Build => true,
+                DependencyKind::Development => with_dev && is_root,
+                _ => false,
             });
             if wanted {
-                todo.push(dep["pkg"].as_str().context("a dependency without pkg")?);
+                todo.push(&dep.pkg);
             }
         }
     }
@@ -181,7 +162,7 @@ pub fn check(sh: &Shell) -> Result<()> {
         .quiet()
         .read()
         .context("running cargo metadata")?;
-    let meta: Value = serde_json::from_str(&json).context("parsing cargo metadata")?;
+    let meta = MetadataCommand::parse(json).context("parsing cargo metadata")?;
     for c in check_metadata(&meta)? {
         eprintln!(
             "    {} rust-version {}: {} crates, none needs a newer Rust",
@@ -195,19 +176,14 @@ pub fn check(sh: &Shell) -> Result<()> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn versions_compare_numerically() {
-        assert_eq!(parse("1.89"), Some((1, 89, 0)));
-        assert_eq!(parse("1.85.0"), Some((1, 85, 0)));
-        assert!(parse("1.100").unwrap() > parse("1.89").unwrap());
-        assert_eq!(parse("1"), None);
-        assert_eq!(parse("1.x"), None);
-    }
+    use serde_json::{json, Value};
 
     /// A package: (id = name, rust_version).
     fn package(name: &str, rust_version: Option<&str>) -> Value {
-        serde_json::json!({
+        json!({
             "id": name, "name": name, "version": "1.0.0", "rust_version": rust_version,
+            "dependencies": [], "features": {}, "targets": [],
+            "manifest_path": format!("/r/{name}/Cargo.toml"),
         })
     }
 
@@ -216,7 +192,7 @@ mod tests {
         packages: &[(&str, Option<&str>)],
         members: &[&str],
         deps: &[(&str, &str, Option<&str>)],
-    ) -> Value {
+    ) -> Metadata {
         let nodes: Vec<Value> = packages
             .iter()
             .map(|(id, _)| {
@@ -224,22 +200,23 @@ mod tests {
                     .iter()
                     .filter(|(from, _, _)| from == id)
                     .map(|(_, to, kind)| {
-                        let kinds = [serde_json::json!({"kind": kind, "target": null})];
-                        serde_json::json!({"pkg": to, "dep_kinds": kinds})
+                        json!({"name": to, "pkg": to, "dep_kinds": [{"kind": kind, "target": null}]})
                     })
                     .collect();
-                serde_json::json!({"id": id, "deps": deps})
+                json!({"id": id, "deps": deps, "dependencies": []})
             })
             .collect();
-        serde_json::json!({
+        serde_json::from_value(json!({
             "packages": packages.iter().map(|(n, v)| package(n, *v)).collect::<Vec<_>>(),
             "workspace_members": members,
             "resolve": {"nodes": nodes},
-        })
+            "workspace_root": "/r", "target_directory": "/r/target", "version": 1,
+        }))
+        .unwrap()
     }
 
     /// The workspace's shape: two product crates, xtask on a newer Rust, and their deps.
-    fn workspace(extra: &[(&str, Option<&str>)], deps: &[(&str, &str, Option<&str>)]) -> Value {
+    fn workspace(extra: &[(&str, Option<&str>)], deps: &[(&str, &str, Option<&str>)]) -> Metadata {
         let mut packages = vec![
             ("libgdrapi", Some("1.85")),
             ("mtgdrcopy-tests", Some("1.85")),
@@ -260,17 +237,39 @@ mod tests {
         )
     }
 
-    fn error(meta: &Value) -> String {
+    fn error(meta: &Metadata) -> String {
         format!("{:#}", check_metadata(meta).unwrap_err())
+    }
+
+    #[test]
+    fn versions_compare_numerically() {
+        // 1.100 is newer than 1.89, 1.9 older; `1.89` and `1.89.0` are the same version.
+        let meta = workspace(
+            &[
+                ("new", Some("1.100")),
+                ("old", Some("1.9")),
+                ("same", Some("1.89.0")),
+            ],
+            &[
+                ("xtask", "new", None),
+                ("xtask", "old", None),
+                ("xtask", "same", None),
+            ],
+        );
+        let e = error(&meta);
+        assert!(
+            e.ends_with("rust-version 1.89.0: new 1.0.0 (rust-version 1.100.0)"),
+            "{e}"
+        );
     }
 
     #[test]
     fn product_and_xtask_are_checked_against_their_own() {
         // xtask needs 1.89 and so may its dependencies; the product's stay at 1.85 or older.
         let meta = workspace(
-            &[("cargo-deb", Some("1.89")), ("nix", Some("1.69"))],
+            &[("cbindgen", Some("1.89")), ("nix", Some("1.69"))],
             &[
-                ("xtask", "cargo-deb", None),
+                ("xtask", "cbindgen", None),
                 ("libgdrapi", "nix", Some("build")),
             ],
         );
@@ -280,12 +279,12 @@ mod tests {
             [
                 Checked {
                     whose: "product",
-                    rust_version: "1.85".into(),
+                    rust_version: &Version::new(1, 85, 0),
                     crates: 4,
                 },
                 Checked {
                     whose: "xtask",
-                    rust_version: "1.89".into(),
+                    rust_version: &Version::new(1, 89, 0),
                     crates: 5,
                 },
             ]
@@ -304,9 +303,9 @@ mod tests {
         );
         let e = error(&meta);
         assert!(
-            e.contains("product crates need a newer Rust than their rust-version 1.85")
+            e.contains("product crates need a newer Rust than their rust-version 1.85.0")
                 && e.contains(
-                    "build-tool 1.0.0 (rust-version 1.86), deep 1.0.0 (rust-version 1.88.0)"
+                    "build-tool 1.0.0 (rust-version 1.86.0), deep 1.0.0 (rust-version 1.88.0)"
                 ),
             "{e}"
         );
@@ -319,7 +318,7 @@ mod tests {
             &[("test-helper", Some("1.87"))],
             &[("libgdrapi", "test-helper", Some("dev"))],
         );
-        assert!(error(&meta).contains("test-helper 1.0.0 (rust-version 1.87)"));
+        assert!(error(&meta).contains("test-helper 1.0.0 (rust-version 1.87.0)"));
         // A dependency's dev-dependencies are never built here.
         let meta = workspace(
             &[("test-helper", Some("1.87"))],
@@ -336,7 +335,7 @@ mod tests {
         );
         let e = error(&meta);
         assert!(
-            e.contains("xtask crates need a newer Rust than their rust-version 1.89: plotters"),
+            e.contains("xtask crates need a newer Rust than their rust-version 1.89.0: plotters"),
             "{e}"
         );
         assert!(!e.contains("product crates"), "{e}");
@@ -372,18 +371,18 @@ mod tests {
     #[test]
     fn product_crates_must_share_the_workspace_rust_version() {
         let mut meta = workspace(&[], &[]);
-        meta["packages"][1]["rust_version"] = "1.89".into();
+        meta.packages[1].rust_version = Some(Version::new(1, 89, 0));
         assert!(error(&meta).contains("must take rust-version from the workspace"));
         let mut meta = workspace(&[], &[]);
-        meta["packages"][0]["rust_version"] = Value::Null;
-        meta["packages"][1]["rust_version"] = Value::Null;
+        meta.packages[0].rust_version = None;
+        meta.packages[1].rust_version = None;
         assert!(error(&meta).contains("must take rust-version from the workspace"));
     }
 
     #[test]
     fn xtask_must_declare_its_own() {
         let mut meta = workspace(&[], &[]);
-        meta["packages"][2]["rust_version"] = Value::Null;
+        meta.packages[2].rust_version = None;
         assert!(error(&meta).contains("xtask declares no rust-version"));
     }
 }

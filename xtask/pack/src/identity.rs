@@ -8,7 +8,8 @@ use std::fs;
 use std::path::Path;
 
 use anyhow::{bail, ensure, Context, Result};
-use serde_json::Value;
+use cargo_metadata::MetadataCommand;
+use toml_edit::{DocumentMut, Value};
 use xshell::{cmd, Shell};
 
 use xtask_base::generated::Generated;
@@ -107,8 +108,7 @@ pub fn placeholder(value: &str) -> Option<String> {
 
 /// Every maintainer address and homepage of the tree that is a placeholder, as findings:
 /// debian/control (Maintainer, Uploaders, Homepage, Vcs-*), debian/copyright's header, the
-/// workspace crates' `repository`, `homepage` and `[package.metadata.deb]` maintainers, and the
-/// newest trailer of each changelog.
+/// workspace crates' `repository` and `homepage`, and the newest trailer of each changelog.
 pub fn placeholder_findings(sh: &Shell, tree: &Tree) -> Result<Vec<String>> {
     let root = paths::root();
     let mut values: Vec<(String, String)> = Vec::new();
@@ -173,8 +173,7 @@ pub fn placeholder_findings(sh: &Shell, tree: &Tree) -> Result<Vec<String>> {
         .collect())
 }
 
-/// The workspace crates' `repository`, `homepage` and `[package.metadata.deb]` maintainers
-/// (variants' too), each with where it is set.
+/// The workspace crates' `repository` and `homepage`, each with where it is set.
 fn manifest_values(sh: &Shell) -> Result<Vec<(String, String)>> {
     let root = paths::root();
     let _cwd = sh.push_dir(&root);
@@ -182,27 +181,15 @@ fn manifest_values(sh: &Shell) -> Result<Vec<(String, String)>> {
         .quiet()
         .read()
         .context("running cargo metadata")?;
-    let meta: Value = serde_json::from_str(&json).context("parsing cargo metadata")?;
+    let meta = MetadataCommand::parse(json).context("parsing cargo metadata")?;
     let mut values = Vec::new();
-    for p in meta["packages"].as_array().into_iter().flatten() {
-        let manifest = p["manifest_path"].as_str().unwrap_or("?");
-        let manifest = Path::new(manifest)
-            .strip_prefix(&root)
-            .unwrap_or(Path::new(manifest));
-        let mut push = |key: &str, v: &Value| {
-            if let Some(v) = v.as_str() {
-                values.push((format!("{} {key}", manifest.display()), v.to_string()));
+    for p in &meta.packages {
+        let manifest = p.manifest_path.as_std_path();
+        let manifest = manifest.strip_prefix(&root).unwrap_or(manifest);
+        for (key, value) in [("repository", &p.repository), ("homepage", &p.homepage)] {
+            if let Some(v) = value {
+                values.push((format!("{} {key}", manifest.display()), v.clone()));
             }
-        };
-        push("repository", &p["repository"]);
-        push("homepage", &p["homepage"]);
-        let deb = &p["metadata"]["deb"];
-        push("[package.metadata.deb] maintainer", &deb["maintainer"]);
-        for (name, variant) in deb["variants"].as_object().into_iter().flatten() {
-            push(
-                &format!("[package.metadata.deb.variants.{name}] maintainer"),
-                &variant["maintainer"],
-            );
         }
     }
     Ok(values)
@@ -213,64 +200,28 @@ fn manifest_values(sh: &Shell) -> Result<Vec<(String, String)>> {
 pub fn cargo_manifests(root: &Path, identity: &Identity) -> Result<Vec<Generated>> {
     let path = root.join("Cargo.toml");
     let text = fs::read_to_string(&path).context("reading Cargo.toml")?;
-    let (contents, n) = set_toml_string(
-        &text,
-        |s| s == "workspace.package",
-        "repository",
-        &identity.homepage,
-    )?;
-    ensure!(
-        n == 1,
-        "Cargo.toml: [workspace.package] needs one `repository = \"...\"`"
-    );
+    let contents = set_repository(&text, &identity.homepage).context("Cargo.toml")?;
     Ok(vec![Generated { path, contents }])
 }
 
-/// Sets the basic-string value of `key` in the tables `in_table` accepts, keeping every other
-/// byte (comments, order); returns the text and how many values it set.
-fn set_toml_string(
-    text: &str,
-    in_table: impl Fn(&str) -> bool,
-    key: &str,
-    value: &str,
-) -> Result<(String, usize)> {
-    ensure!(
-        !value.contains(['"', '\\']) && !value.contains(char::is_control),
-        "{value:?} cannot be written as a plain TOML string"
-    );
-    let mut out = String::with_capacity(text.len());
-    let mut table = String::new();
-    let mut count = 0;
-    for line in text.split_inclusive('\n') {
-        let trimmed = line.trim();
-        if trimmed.starts_with('[') {
-            table = trimmed.trim_matches(['[', ']']).trim().to_string();
-        }
-        let is_key = trimmed
-            .strip_prefix(key)
-            .is_some_and(|r| r.trim_start().starts_with('='));
-        if !in_table(&table) || !is_key {
-            out.push_str(line);
-            continue;
-        }
-        let Some((before, after)) = line.split_once('"') else {
-            bail!(
-                "`{}`: only a \"basic string\" value can be set",
-                line.trim()
-            );
-        };
-        let Some((old, rest)) = after.split_once('"') else {
-            bail!("`{}`: unterminated string", line.trim());
-        };
-        ensure!(
-            !old.contains('\\'),
-            "`{}`: escapes are not supported",
-            line.trim()
-        );
-        out.push_str(&format!("{before}\"{value}\"{rest}"));
-        count += 1;
-    }
-    Ok((out, count))
+/// `text` with `[workspace.package]`'s `repository` set to `url`, every other byte kept
+/// (comments, order, the value's own spacing and trailing comment): toml_edit's format-preserving
+/// document, not a line editor of our own.
+fn set_repository(text: &str, url: &str) -> Result<String> {
+    let mut doc: DocumentMut = text.parse().context("not valid TOML")?;
+    let slot = doc
+        .get_mut("workspace")
+        .and_then(|w| w.get_mut("package"))
+        .and_then(|p| p.get_mut("repository"))
+        .context("[workspace.package] needs a `repository = \"...\"`")?;
+    let old = slot
+        .as_value_mut()
+        .filter(|v| v.is_str())
+        .context("[workspace.package] `repository` is not a string")?;
+    let decor = old.decor().clone();
+    *old = Value::from(url);
+    *old.decor_mut() = decor;
+    Ok(doc.to_string())
 }
 
 #[cfg(test)]
@@ -368,21 +319,28 @@ mod tests {
     }
 
     #[test]
-    fn toml_values_are_set_in_place() {
-        let text = "[package]\nmaintainer = \"no\"\n\n[package.metadata.deb]\nname = \"x\"\n\
-                    maintainer = \"Old <o@example.org>\" # who\n\n\
-                    [package.metadata.deb.variants.b]\nmaintainer=\"v\"\n";
-        let deb = |s: &str| s == "package.metadata.deb" || s.starts_with("package.metadata.deb.");
-        let (out, n) = set_toml_string(text, deb, "maintainer", "New <n@n.org>").unwrap();
-        assert_eq!(n, 2);
+    fn the_repository_is_set_in_place() {
+        let text = "# top\n[workspace]\nmembers = [\"a\"]\n\n[workspace.package]\n\
+                    edition = \"2021\"\nrepository   =  \"https://old.org/x\" # who\n\
+                    license = \"MIT\"\n\n[package]\nrepository = \"no\"\n";
         assert_eq!(
-            out,
-            "[package]\nmaintainer = \"no\"\n\n[package.metadata.deb]\nname = \"x\"\n\
-             maintainer = \"New <n@n.org>\" # who\n\n\
-             [package.metadata.deb.variants.b]\nmaintainer=\"New <n@n.org>\"\n"
+            set_repository(text, "https://n.org/y").unwrap(),
+            "# top\n[workspace]\nmembers = [\"a\"]\n\n[workspace.package]\n\
+             edition = \"2021\"\nrepository   =  \"https://n.org/y\" # who\n\
+             license = \"MIT\"\n\n[package]\nrepository = \"no\"\n"
         );
-        assert!(set_toml_string(text, deb, "maintainer", "a\"b").is_err());
-        let (_, none) = set_toml_string(text, |s| s == "other", "maintainer", "x").unwrap();
-        assert_eq!(none, 0);
+        // A value TOML must escape is written escaped, and reads back as given.
+        let odd = "https://n.org/a\"b\\c";
+        let out: DocumentMut = set_repository(text, odd).unwrap().parse().unwrap();
+        assert_eq!(
+            out["workspace"]["package"]["repository"].as_str(),
+            Some(odd)
+        );
+        // No [workspace.package] repository (only another table's), or not a string: refused.
+        let elsewhere =
+            "[workspace.package]\nedition = \"2021\"\n\n[package]\nrepository = \"x\"\n";
+        assert!(set_repository(elsewhere, "https://n.org").is_err());
+        assert!(set_repository("[workspace.package]\nrepository = 1\n", "https://n.org").is_err());
+        assert!(set_repository("[workspace.package\n", "https://n.org").is_err());
     }
 }

@@ -43,7 +43,7 @@ impl Package {
         }
     }
 
-    /// The crate whose version and `[package.metadata.deb]` the package takes.
+    /// The crate whose version the package takes.
     pub fn crate_name(self) -> &'static str {
         match self {
             Package::Kmod => "mtgdrdrv",
