@@ -49,7 +49,7 @@ pub enum Flavour {
 pub enum Scope {
     /// Everything (`-b`).
     All,
-    /// The architecture-independent packages only (`-A`): no cargo build needed.
+    /// The architecture-independent packages only (`-A`).
     Indep,
 }
 
@@ -76,11 +76,10 @@ impl Flavour {
 /// sorted). Callers hold `files::lock()`.
 pub fn run(sh: &Shell, ws: &Workspace, flavour: Flavour, scope: Scope) -> Result<Vec<PathBuf>> {
     xtask_base::host::ensure_host_packages(&crate::deb::HOST_PACKAGES)?;
-    if scope == Scope::All {
-        match ws.target {
-            Some(target) => xtask_base::cross::packaged(sh, target)?,
-            None => build::packaged(sh, &ws.target_dir)?,
-        }
+    // Also for the architecture-independent packages: install-tree installs every file.
+    match ws.target {
+        Some(target) => xtask_base::cross::packaged(sh, target)?,
+        None => build::packaged(sh, &ws.target_dir)?,
     }
     let out = flavour.out_dir();
     files::fresh_dir(&out)?;
