@@ -63,8 +63,7 @@ pub fn generate_all() -> Result<Vec<Generated>> {
 /// each program's clap command (so that packaging them needs no run of the programs, which a
 /// cross build could not do).
 fn manual_pages() -> Result<Vec<Generated>> {
-    let sh = xshell::Shell::new()?;
-    let ws = xtask_base::workspace::Workspace::load(&sh)?;
+    let ws = xtask_base::workspace::Workspace::load()?;
     let krate = ws.krate("mtgdrcopy-tests")?;
     let pages = manpage::pages("mtgdrcopy-tests", &krate.version)?;
     for bin in &krate.bins {

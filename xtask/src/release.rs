@@ -136,7 +136,7 @@ fn release_notes(tree: &Tree, version: &str) -> String {
 pub fn cli(args: Args) -> Result<()> {
     let sh = Shell::new()?;
     sh.change_dir(paths::root());
-    let ws = Workspace::load(&sh)?;
+    let ws = Workspace::load()?;
     let tree = Tree::load(&ws)?;
     let version = release_version(&ws)?;
 
@@ -185,7 +185,7 @@ pub fn cli(args: Args) -> Result<()> {
     check(
         &mut report,
         "no placeholder maintainer or homepage",
-        &mut || findings_to_result(identity::placeholder_findings(&sh, &tree)?),
+        &mut || findings_to_result(identity::placeholder_findings(&tree)?),
     );
     check(
         &mut report,
@@ -319,8 +319,7 @@ mod tests {
 
     #[test]
     fn unreleased_entries_are_reported() {
-        let sh = Shell::new().unwrap();
-        let ws = Workspace::load(&sh).unwrap();
+        let ws = Workspace::load().unwrap();
         let mut tree = Tree::load(&ws).unwrap();
         assert_eq!(unreleased(&tree), Vec::<String>::new());
         tree.packages[2].2 = tree.packages[2].2.replacen("unstable", "UNRELEASED", 1);

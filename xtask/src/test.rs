@@ -111,8 +111,8 @@ fn steps(args: &Args) -> Result<(Vec<Step<'static>>, Vec<Step<'static>>)> {
         (CODEGEN_STEP, Box::new(|_: &Shell| codegen::run(true))),
         (
             VERSIONS_STEP,
-            Box::new(|sh: &Shell| {
-                xtask_pack::versions::check(&xtask_base::workspace::Workspace::load(sh)?)
+            Box::new(|_: &Shell| {
+                xtask_pack::versions::check(&xtask_base::workspace::Workspace::load()?)
             }),
         ),
         (

@@ -1,7 +1,11 @@
 //! The packaged (reproducible) build's target directory and rustc flags, shared by the native
-//! build (build.rs) and the cross one (cross.rs).
+//! build (build.rs) and the cross one (cross.rs); and `cargo metadata`, read through
+//! cargo_metadata's types.
 
 use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use cargo_metadata::{Metadata, MetadataCommand};
 
 /// The packaged build's target directory, inside `target_dir` (cargo's).
 pub fn packaged_target_dir(target_dir: &Path) -> PathBuf {
@@ -47,6 +51,15 @@ pub fn reproducible_rustflags(root: &Path, target_dir: &Path, cargo_home: &Path)
 /// `flags` as CARGO_ENCODED_RUSTFLAGS (separated by 0x1f, so paths may contain spaces).
 pub fn encode_rustflags(flags: &[String]) -> String {
     flags.join("\x1f")
+}
+
+/// `cargo metadata OPTIONS` of the workspace at `root`, parsed.
+pub fn metadata(root: &Path, options: &[&str]) -> Result<Metadata> {
+    MetadataCommand::new()
+        .current_dir(root)
+        .other_options(options.iter().map(|o| o.to_string()).collect::<Vec<_>>())
+        .exec()
+        .with_context(|| format!("running cargo metadata {}", options.join(" ")))
 }
 
 #[cfg(test)]

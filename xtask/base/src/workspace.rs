@@ -4,8 +4,6 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use cargo_metadata::MetadataCommand;
-use xshell::{cmd, Shell};
 
 use crate::{cargo, paths, targets};
 
@@ -40,13 +38,8 @@ pub struct Workspace {
 }
 
 impl Workspace {
-    pub fn load(sh: &Shell) -> Result<Workspace> {
-        let _cwd = sh.push_dir(paths::root());
-        let json = cmd!(sh, "cargo metadata --format-version 1 --no-deps")
-            .quiet()
-            .read()
-            .context("running cargo metadata")?;
-        let meta = MetadataCommand::parse(json).context("parsing cargo metadata")?;
+    pub fn load() -> Result<Workspace> {
+        let meta = crate::cargo::metadata(&paths::root(), &["--no-deps"])?;
         let crates = meta
             .packages
             .into_iter()

@@ -126,7 +126,7 @@ pub struct Repo {
 pub fn cli(args: Args) -> Result<()> {
     let sh = Shell::new()?;
     sh.change_dir(paths::root());
-    let ws = Workspace::load(&sh)?;
+    let ws = Workspace::load()?;
     let _lock = files::lock()?;
     let mut debs = Vec::new();
     for entry in fs::read_dir(paths::build_dir())

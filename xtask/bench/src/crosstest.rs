@@ -19,7 +19,7 @@ use xtask_pack::stage::Package;
 /// `deb-all` for `target`: the four packages, checked to carry the right architecture and
 /// arm64 code, then lintian on them (lintian reads foreign-architecture packages).
 pub fn packages(sh: &Shell, target: &'static Target) -> Result<()> {
-    let ws = Workspace::load(sh)?.for_target(Some(target));
+    let ws = Workspace::load()?.for_target(Some(target));
     let debs = xtask_pack::deb::build_split(sh, &ws)?;
     for built in &debs {
         let package = built.package;

@@ -492,7 +492,7 @@ fn compiler(sh: &Shell, chroot: &Chroot, release: &str) -> Result<String> {
 
 /// The mtgdrdrv-dkms .deb of this tree (`cargo xtask deb-kmod`).
 fn dkms_deb(sh: &Shell) -> Result<PathBuf> {
-    let ws = Workspace::load(sh)?;
+    let ws = Workspace::load()?;
     Ok(deb::build(sh, &ws, Package::Kmod)?.path)
 }
 

@@ -25,8 +25,8 @@ use std::collections::{HashMap, HashSet};
 
 use anyhow::{bail, ensure, Context, Result};
 use cargo_metadata::semver::Version;
-use cargo_metadata::{DependencyKind, Metadata, MetadataCommand, Node, Package, PackageId};
-use xshell::{cmd, Shell};
+use cargo_metadata::{DependencyKind, Metadata, Node, Package, PackageId};
+use xshell::Shell;
 
 use xtask_base::paths;
 
@@ -156,13 +156,8 @@ fn reachable<'a>(
 }
 
 /// The test step: the product's and xtask's rust-version, and no dependency needing a newer one.
-pub fn check(sh: &Shell) -> Result<()> {
-    let _cwd = sh.push_dir(paths::root());
-    let json = cmd!(sh, "cargo metadata --format-version 1 --locked --offline")
-        .quiet()
-        .read()
-        .context("running cargo metadata")?;
-    let meta = MetadataCommand::parse(json).context("parsing cargo metadata")?;
+pub fn check(_: &Shell) -> Result<()> {
+    let meta = xtask_base::cargo::metadata(&paths::root(), &["--locked", "--offline"])?;
     for c in check_metadata(&meta)? {
         eprintln!(
             "    {} rust-version {}: {} crates, none needs a newer Rust",

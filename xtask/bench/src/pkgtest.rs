@@ -127,7 +127,7 @@ pub fn cli(args: Args) -> Result<()> {
     if args.upgrade.upgrade_only {
         return upgrade::cli(&sh);
     }
-    let ws = Workspace::load(&sh)?;
+    let ws = Workspace::load()?;
     let debs = deb::build_everything(&sh, &ws)?;
     if !args.no_lintian {
         deb::lintian(&sh, &debs)?;
@@ -146,7 +146,7 @@ fn built(sh: &Shell, cache: &Rc<RefCell<Option<Vec<Built>>>>) -> Result<Vec<Buil
     if let Some(debs) = cache.borrow().as_ref() {
         return Ok(debs.clone());
     }
-    let ws = Workspace::load(sh)?;
+    let ws = Workspace::load()?;
     let debs = deb::build_everything(sh, &ws)?;
     for d in &debs {
         eprintln!("    {}", d.path.display());

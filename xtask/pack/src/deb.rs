@@ -78,7 +78,7 @@ pub const HOST_PACKAGES: [&str; 4] = ["binutils", "debhelper", "dpkg-dev", "xz-u
 pub fn cli(which: Which, args: Args) -> Result<()> {
     let sh = Shell::new()?;
     sh.change_dir(paths::root());
-    let ws = Workspace::load(&sh)?.for_target(targets::parse(args.target.as_deref())?);
+    let ws = Workspace::load()?.for_target(targets::parse(args.target.as_deref())?);
     let built = match which {
         Which::One(p) => vec![build(&sh, &ws, p)?],
         Which::All => build_split(&sh, &ws)?,

@@ -75,7 +75,7 @@ pub fn cli() -> Result<()> {
 /// Writes the source package into `build/source/`.
 pub fn build(sh: &Shell) -> Result<SourcePackage> {
     xtask_base::host::ensure_host_packages(&["dpkg-dev", "xz-utils"])?;
-    let ws = Workspace::load(sh)?;
+    let ws = Workspace::load()?;
     let control = Control::load()?;
     let name = control.source_name().to_owned();
     let changelog = fs::read_to_string(paths::root().join("debian/changelog"))?;

@@ -8,9 +8,7 @@ use std::fs;
 use std::path::Path;
 
 use anyhow::{bail, ensure, Context, Result};
-use cargo_metadata::MetadataCommand;
 use toml_edit::{DocumentMut, Value};
-use xshell::{cmd, Shell};
 
 use xtask_base::generated::Generated;
 use xtask_base::{deb822, paths};
@@ -109,7 +107,7 @@ pub fn placeholder(value: &str) -> Option<String> {
 /// Every maintainer address and homepage of the tree that is a placeholder, as findings:
 /// debian/control (Maintainer, Uploaders, Homepage, Vcs-*), debian/copyright's header, the
 /// workspace crates' `repository` and `homepage`, and the newest trailer of each changelog.
-pub fn placeholder_findings(sh: &Shell, tree: &Tree) -> Result<Vec<String>> {
+pub fn placeholder_findings(tree: &Tree) -> Result<Vec<String>> {
     let root = paths::root();
     let mut values: Vec<(String, String)> = Vec::new();
     let control = root.join("debian/control");
@@ -138,7 +136,7 @@ pub fn placeholder_findings(sh: &Shell, tree: &Tree) -> Result<Vec<String>> {
             values.push((format!("debian/copyright {field}"), line.to_string()));
         }
     }
-    values.extend(manifest_values(sh)?);
+    values.extend(manifest_values()?);
     let mut changelogs: Vec<(String, &str)> = tree
         .packages
         .iter()
@@ -174,14 +172,9 @@ pub fn placeholder_findings(sh: &Shell, tree: &Tree) -> Result<Vec<String>> {
 }
 
 /// The workspace crates' `repository` and `homepage`, each with where it is set.
-fn manifest_values(sh: &Shell) -> Result<Vec<(String, String)>> {
+fn manifest_values() -> Result<Vec<(String, String)>> {
     let root = paths::root();
-    let _cwd = sh.push_dir(&root);
-    let json = cmd!(sh, "cargo metadata --format-version 1 --no-deps")
-        .quiet()
-        .read()
-        .context("running cargo metadata")?;
-    let meta = MetadataCommand::parse(json).context("parsing cargo metadata")?;
+    let meta = xtask_base::cargo::metadata(&root, &["--no-deps"])?;
     let mut values = Vec::new();
     for p in &meta.packages {
         let manifest = p.manifest_path.as_std_path();
@@ -299,20 +292,16 @@ mod tests {
 
     #[test]
     fn the_tree_has_no_placeholder_and_a_changelog_placeholder_is_found() {
-        let sh = Shell::new().unwrap();
-        let ws = xtask_base::workspace::Workspace::load(&sh).unwrap();
+        let ws = xtask_base::workspace::Workspace::load().unwrap();
         let mut tree = Tree::load(&ws).unwrap();
-        assert_eq!(
-            placeholder_findings(&sh, &tree).unwrap(),
-            Vec::<String>::new()
-        );
+        assert_eq!(placeholder_findings(&tree).unwrap(), Vec::<String>::new());
         let name = tree.packages[0].0.deb_name();
         let changelog = &mut tree.packages[0].2;
         *changelog = changelog.replace(
             "<mtgdrcopy@users.noreply.github.com>",
             "<packaging@mtgdrcopy.example.org>",
         );
-        let findings = placeholder_findings(&sh, &tree).unwrap();
+        let findings = placeholder_findings(&tree).unwrap();
         assert_eq!(findings.len(), 1, "{findings:?}");
         assert!(findings[0].contains(name), "{findings:?}");
         assert!(findings[0].contains("example.org"), "{findings:?}");

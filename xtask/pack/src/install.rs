@@ -62,7 +62,7 @@ pub fn cli(args: Args) -> Result<()> {
         "--prefix must be absolute, not {}",
         args.prefix.display()
     );
-    let ws = Workspace::load(&sh)?;
+    let ws = Workspace::load()?;
     let all = args.what.contains(&Component::All);
     let wants = |c: Component| all || args.what.contains(&c);
     let live = args.destdir.is_none();

@@ -131,7 +131,7 @@ pub fn cli(packages: &[Package]) -> Result<()> {
 
 /// Stages `packages` (`cargo xtask build-*`) and returns their trees.
 pub fn stage_all(sh: &Shell, packages: &[Package]) -> Result<Vec<PathBuf>> {
-    let ws = Workspace::load(sh)?;
+    let ws = Workspace::load()?;
     let _lock = lock()?;
     if packages.len() == 1 || packages.contains(&Package::Bundle) {
         return packages.iter().map(|&p| stage(sh, &ws, p)).collect();

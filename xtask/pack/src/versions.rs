@@ -266,8 +266,7 @@ mod tests {
 
     #[test]
     fn the_real_tree_agrees() {
-        let sh = xshell::Shell::new().unwrap();
-        let ws = Workspace::load(&sh).unwrap();
+        let ws = Workspace::load().unwrap();
         let tree = Tree::load(&ws).unwrap();
         assert_eq!(disagreements(&tree), Vec::<String>::new());
     }

@@ -23,7 +23,7 @@ use xtask_pack::stage::Package;
 pub fn cli() -> Result<()> {
     let sh = Shell::new()?;
     sh.change_dir(paths::root());
-    let ws = Workspace::load(&sh)?;
+    let ws = Workspace::load()?;
     let built = deb::build_everything(&sh, &ws)?;
     test_step(&sh, &built)
 }

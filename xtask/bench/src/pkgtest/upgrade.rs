@@ -86,7 +86,7 @@ pub fn test_step(debs: Rc<std::cell::RefCell<Option<Vec<Built>>>>) -> Step<'stat
 
 /// `--upgrade-only`: this release's four .debs, then the test.
 pub fn cli(sh: &Shell) -> Result<()> {
-    let ws = Workspace::load(sh)?;
+    let ws = Workspace::load()?;
     let mut debs = Vec::new();
     for package in Package::SPLIT {
         debs.push(xtask_pack::deb::build(sh, &ws, package)?);

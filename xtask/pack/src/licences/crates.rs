@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use cargo_metadata::{DependencyKind, Metadata, MetadataCommand, Node, Package, PackageId};
+use cargo_metadata::{DependencyKind, Metadata, Node, Package, PackageId};
 
 use super::{Dep, Usage};
 use xtask_base::paths::PRODUCTS;
@@ -20,13 +20,10 @@ pub(super) const TARGETS: [&str; 2] = [
 ];
 
 pub(super) fn metadata(root: &Path, target: Option<&str>) -> Result<Metadata> {
-    let mut options = vec!["--locked".to_string(), "--offline".to_string()];
-    options.extend(target.map(|t| format!("--filter-platform={t}")));
-    MetadataCommand::new()
-        .current_dir(root)
-        .other_options(options)
-        .exec()
-        .context("running cargo metadata --locked (is Cargo.lock up to date?)")
+    let filter = target.map(|t| format!("--filter-platform={t}"));
+    let mut options = vec!["--locked", "--offline"];
+    options.extend(filter.as_deref());
+    xtask_base::cargo::metadata(root, &options).context("is Cargo.lock up to date?")
 }
 
 /// `cargo metadata`'s resolve graph.

@@ -16,7 +16,7 @@ use xtask_pack::stage::{self, Package};
 /// and the library line's minor bumped and a changelog entry each, built by that copy's own
 /// `cargo xtask deb-all`. Returns its four .debs.
 pub(super) fn build_next(sh: &Shell) -> Result<Vec<Deb>> {
-    let ws = Workspace::load(sh)?;
+    let ws = Workspace::load()?;
     let dir = paths::build_dir().join("upgrade/next");
     files::fresh_dir(&dir)?;
     let root = paths::root();
