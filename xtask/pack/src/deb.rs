@@ -112,11 +112,7 @@ pub fn build_split(sh: &Shell, ws: &Workspace) -> Result<Vec<Built>> {
 /// Builds `package` (with its -dbgsym package) into build/.
 pub fn build(sh: &Shell, ws: &Workspace, package: Package) -> Result<Built> {
     let _lock = files::lock()?;
-    let (flavour, scope) = match package {
-        Package::Bundle => (Flavour::Bundle, Scope::All),
-        Package::Kmod | Package::Meta => (Flavour::Split, Scope::Indep),
-        Package::Lib | Package::Tests => (Flavour::Split, Scope::All),
-    };
+    let (flavour, scope) = debhelper::plan(package);
     let debs = debhelper::run(sh, ws, flavour, scope)?;
     collect(sh, ws, flavour, &debs, package)
 }
@@ -130,7 +126,7 @@ fn collect(
     debs: &[PathBuf],
     package: Package,
 ) -> Result<Built> {
-    crate::stage::copy_trees(sh, flavour, package)?;
+    crate::stage::copy_trees(flavour, package)?;
     let named = |name: &str| {
         debs.iter()
             .find(|d| {
@@ -148,12 +144,14 @@ fn collect(
         .with_context(|| format!("reading the control file of {}", made.display()))?;
     // dh_gencontrol takes the version from the package's changelog: it must be the crate's.
     let version = field(&control, "Version").unwrap_or_default();
-    crate::versions::changelog_entry(
-        package,
-        &package_version(ws, package)?,
-        &format!("mtgdrcopy ({version}) "),
-    )
-    .map_err(anyhow::Error::msg)?;
+    let expected = package_version(ws, package)?;
+    anyhow::ensure!(
+        version == expected,
+        "debian/{}.changelog: the newest entry is for {version}, but the package is {} \
+         {expected}: add an entry for this version",
+        package.stage_name(),
+        package.deb_name()
+    );
     let architecture = field(&control, "Architecture")
         .unwrap_or_default()
         .to_owned();

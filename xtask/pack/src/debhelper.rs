@@ -72,6 +72,16 @@ impl Flavour {
     }
 }
 
+/// The run that makes `package`: the bundle's own, else the split one, architecture-independent
+/// only for the packages that are.
+pub fn plan(package: Package) -> (Flavour, Scope) {
+    match package {
+        Package::Bundle => (Flavour::Bundle, Scope::All),
+        p if p.arch_all() => (Flavour::Split, Scope::Indep),
+        _ => (Flavour::Split, Scope::All),
+    }
+}
+
 /// Runs dpkg-buildpackage for `flavour` and returns the .debs it made (in its output directory,
 /// sorted). Callers hold `files::lock()`.
 pub fn run(sh: &Shell, ws: &Workspace, flavour: Flavour, scope: Scope) -> Result<Vec<PathBuf>> {
@@ -233,16 +243,8 @@ mod tests {
     fn the_bundle_is_one_package_with_everything() -> Result<()> {
         let dir = std::env::temp_dir().join(format!("xtask-bundle-{}", std::process::id()));
         let debian = dir.join("debian");
-        let sh = Shell::new()?;
-        if dir.exists() {
-            fs::remove_dir_all(&dir)?;
-        }
-        fs::create_dir_all(&dir)?;
-        cmd!(sh, "cp -r")
-            .arg(paths::root().join("debian"))
-            .arg(&dir)
-            .quiet()
-            .run()?;
+        files::fresh_dir(&dir)?;
+        files::copy_path(&paths::root().join("debian"), &debian)?;
         bundle_debian_dir(&debian)?;
         let control = xtask_base::debian::Control::read(&debian.join("control"))?;
         let names: Vec<&str> = control

@@ -7,7 +7,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use xshell::{cmd, Shell};
+use xshell::Shell;
 
 use xtask_base::files::lock;
 use xtask_base::paths;
@@ -139,7 +139,7 @@ pub fn stage_all(sh: &Shell, packages: &[Package]) -> Result<Vec<PathBuf>> {
     // Several split packages: one dpkg-buildpackage run makes them all.
     debhelper::run(sh, &ws, Flavour::Split, Scope::All)?;
     for &package in packages {
-        copy_trees(sh, Flavour::Split, package)?;
+        copy_trees(Flavour::Split, package)?;
     }
     Ok(packages.iter().map(|p| p.tree()).collect())
 }
@@ -164,19 +164,15 @@ pub fn build_all_test_step(sh: &Shell) -> Result<()> {
 
 /// Stages `package` (building what it needs) and returns its tree. Callers hold [`lock`].
 pub fn stage(sh: &Shell, ws: &Workspace, package: Package) -> Result<PathBuf> {
-    let (flavour, scope) = match package {
-        Package::Bundle => (Flavour::Bundle, Scope::All),
-        Package::Kmod | Package::Meta => (Flavour::Split, Scope::Indep),
-        Package::Lib | Package::Tests => (Flavour::Split, Scope::All),
-    };
+    let (flavour, scope) = debhelper::plan(package);
     debhelper::run(sh, ws, flavour, scope)?;
-    copy_trees(sh, flavour, package)?;
+    copy_trees(flavour, package)?;
     Ok(package.tree())
 }
 
 /// Copies the package's tree and its debug symbols' (where it has any) out of the tree
 /// dpkg-buildpackage ran in.
-pub fn copy_trees(sh: &Shell, flavour: Flavour, package: Package) -> Result<()> {
+pub fn copy_trees(flavour: Flavour, package: Package) -> Result<()> {
     let debian = flavour.source_dir().join("debian");
     let name = package.deb_name();
     let pairs = [
@@ -191,8 +187,7 @@ pub fn copy_trees(sh: &Shell, flavour: Flavour, package: Package) -> Result<()> 
             std::fs::remove_dir_all(&to).with_context(|| format!("removing {}", to.display()))?;
         }
         if from.exists() {
-            xtask_base::files::parent_of(&to)?;
-            cmd!(sh, "cp -a {from} {to}").quiet().run()?;
+            xtask_base::files::copy_path(&from, &to)?;
         }
     }
     Ok(())
