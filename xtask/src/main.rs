@@ -1,19 +1,18 @@
 //! `cargo xtask`: the project's build, codegen, packaging and test entry points.
 //! One module per subcommand; `main` only parses and dispatches. The subcommands are layered
 //! in crates: xtask-base (shared helpers, the build), xtask-pack (packaging) and xtask-bench
-//! (the test bench: the VM, matrix and package tests, benchmarks, the test steps and checks);
-//! here are those that sit on all of them (codegen, release-check, the test runner).
+//! (the test bench: the VM, matrix and package tests, benchmarks, the test runner and checks);
+//! here are those that sit on all of them (codegen, release-check).
 
 mod codegen;
 mod release;
-mod test;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 use xtask_base::{build, paths};
 use xtask_bench::{
-    aptrepo, bench, copycount, crosstest, matrix, pkgtest, staticlib, vmtest, workflows,
+    aptrepo, bench, copycount, crosstest, matrix, pkgtest, runner, staticlib, vmtest, workflows,
 };
 use xtask_pack::deb::{self, Which};
 use xtask_pack::stage::{self, Package};
@@ -43,7 +42,7 @@ enum Command {
     /// header, libFuzzer, copy counts, arm64 under qemu-user, the kernel module and tools in QEMU
     /// (VM tests, benchmarks, the Debian kernel matrix), and the packages (build, lintian, source
     /// package, reproducibility, install and upgrade).
-    Test(test::Args),
+    Test(runner::Args),
     /// Boot the test kernel in QEMU and get a root shell in it.
     Vm(vmtest::shell::Args),
     /// Run copybw, copylat and apiperf in the test VM; JSON and SVG plots in build/bench/.
@@ -104,7 +103,7 @@ enum Command {
 fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Codegen { check } => codegen::run(check),
-        Command::Test(args) => test::run(args),
+        Command::Test(args) => runner::run(args),
         Command::Vm(args) => vmtest::shell::cli(args),
         Command::Bench(args) => bench::run(args),
         Command::CopyCounts(args) => copycount::run(args),

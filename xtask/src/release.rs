@@ -36,7 +36,7 @@ use xtask_pack::stage::Package;
 use xtask_pack::versions::{self, Tree};
 use xtask_pack::{deb, identity};
 
-use crate::{codegen, test};
+use crate::codegen;
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum Tests {
@@ -204,7 +204,7 @@ pub fn cli(args: Args) -> Result<()> {
         check(&mut report, name, &mut || match args.tests {
             Tests::Full | Tests::Quick => {
                 let quick = matches!(args.tests, Tests::Quick);
-                test::run(test::Args {
+                xtask_bench::runner::run(xtask_bench::runner::Args {
                     no_vm: quick,
                     no_matrix: quick,
                     no_cross: quick,

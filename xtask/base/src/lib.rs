@@ -1,5 +1,5 @@
 //! The bottom layer of `cargo xtask`: where things are (paths, the workspace, debian/), the
-//! build (native and arm64), chroots, and helpers that several subcommands share (steps, host
+//! build (native and arm64), chroots, and helpers that several subcommands share (host
 //! packages, files, targets, lintian). It depends on no other xtask crate.
 
 pub mod build;
@@ -14,6 +14,5 @@ pub mod host;
 pub mod library;
 pub mod lintian;
 pub mod paths;
-pub mod steps;
 pub mod targets;
 pub mod workspace;

@@ -5,10 +5,10 @@
 use anyhow::{ensure, Context, Result};
 use xshell::Shell;
 
+use crate::runner::Step;
 use xtask_base::cross::{build, ensure_elf_for, fetch, toolchain};
 use xtask_base::library::link_library;
 use xtask_base::paths;
-use xtask_base::steps::Step;
 use xtask_base::targets::{self, Target, TARGETS};
 use xtask_base::targets::{release_dir, AARCH64};
 use xtask_base::workspace::Workspace;

@@ -17,6 +17,7 @@ pub mod matrix;
 pub mod msrv;
 pub mod pkgtest;
 pub mod plot;
+pub mod runner;
 pub mod staticlib;
 pub mod vm;
 pub mod vmtest;

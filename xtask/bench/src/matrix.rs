@@ -25,8 +25,8 @@ use std::time::Instant;
 use anyhow::{bail, ensure, Context, Result};
 use xshell::{cmd, Shell};
 
+use crate::runner::Step;
 use xtask_base::chroot::{self, Chroot};
-use xtask_base::steps::Step;
 use xtask_base::workspace::Workspace;
 use xtask_base::{host, paths};
 use xtask_pack::deb;

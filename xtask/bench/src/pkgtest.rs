@@ -60,8 +60,8 @@ use std::time::Instant;
 use anyhow::{ensure, Context, Result};
 use xshell::{cmd, Shell};
 
+use crate::runner::Step;
 use xtask_base::paths;
-use xtask_base::steps::Step;
 use xtask_base::workspace::Workspace;
 
 use crate::elf;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use xshell::{cmd, Shell};
 
-use xtask_base::steps::Step;
+use crate::runner::Step;
 use xtask_base::{host, paths};
 
 use crate::kernel::{self, Builder, Kernel};

@@ -51,7 +51,7 @@ use xshell::{cmd, Shell};
 
 use super::root::{self, Root};
 use super::timed;
-use xtask_base::steps::Step;
+use crate::runner::Step;
 use xtask_base::workspace::Workspace;
 use xtask_base::{files, host, paths};
 use xtask_pack::deb::Built;

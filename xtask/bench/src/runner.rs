@@ -1,8 +1,8 @@
 //! `cargo xtask test`: every test the project has, each step timed, then a table of step times
 //! and a summary line (`N passed, N failed`). Steps after a failure still run, so one report
 //! shows everything. The steps run in two lanes side by side (lanes.rs) unless `--serial`.
-//! Most steps are the test bench's (xtask-bench); formatting, codegen freshness, the version
-//! check, clippy and the unit tests are run from here.
+//! The test bench's other modules give most steps; formatting, codegen freshness (`cargo xtask
+//! codegen --check`, run as a child), the version check, clippy and the unit tests are here.
 
 mod lanes;
 
@@ -12,9 +12,9 @@ use anyhow::{bail, Result};
 use xshell::{cmd, Shell};
 
 use xtask_base::paths;
-use xtask_base::steps::Step;
 
-use crate::codegen;
+/// The unit of `cargo xtask test`: a named, timed step.
+pub type Step<'a> = (&'static str, Box<dyn Fn(&Shell) -> Result<()> + 'a>);
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -108,7 +108,7 @@ const UNIT_STEP: &str = "unit and integration tests";
 fn steps(args: &Args) -> Result<(Vec<Step<'static>>, Vec<Step<'static>>)> {
     let mut host: Vec<Step> = vec![
         (FMT_STEP, Box::new(fmt)),
-        (CODEGEN_STEP, Box::new(|_: &Shell| codegen::run(true))),
+        (CODEGEN_STEP, Box::new(codegen_check)),
         (
             VERSIONS_STEP,
             Box::new(|_: &Shell| {
@@ -117,27 +117,25 @@ fn steps(args: &Args) -> Result<(Vec<Step<'static>>, Vec<Step<'static>>)> {
         ),
         (
             "workflows: actionlint and ShellCheck",
-            Box::new(xtask_bench::workflows::test_step),
+            Box::new(crate::workflows::test_step),
         ),
         (CLIPPY_STEP, Box::new(clippy)),
         (
             "rust-version: no dependency needs a newer Rust (product, xtask)",
-            Box::new(xtask_bench::msrv::check),
+            Box::new(crate::msrv::check),
         ),
         (UNIT_STEP, Box::new(unit_tests)),
         (
             "libgdrapi.a: only gdr_* global, no bitcode, links beside another Rust staticlib",
-            Box::new(xtask_bench::staticlib::test_step),
+            Box::new(crate::staticlib::test_step),
         ),
         (
             "libFuzzer targets of libgdrapi (cargo-fuzz)",
-            Box::new(xtask_bench::fuzz::libfuzzer_step),
+            Box::new(crate::fuzz::libfuzzer_step),
         ),
         (
             "copy calls: instructions per call within the ceilings, every device access checked",
-            Box::new(|_: &Shell| {
-                xtask_bench::copycount::run(xtask_bench::copycount::Args::default())
-            }),
+            Box::new(|_: &Shell| crate::copycount::run(crate::copycount::Args::default())),
         ),
     ];
     let mut guests: Vec<Step> = Vec::new();
@@ -146,18 +144,18 @@ fn steps(args: &Args) -> Result<(Vec<Step<'static>>, Vec<Step<'static>>)> {
         return Ok((host, guests));
     }
     if !args.no_cross {
-        host.extend(xtask_bench::crosstest::test_steps());
+        host.extend(crate::crosstest::test_steps());
     }
     if !args.no_vm {
-        guests.extend(xtask_bench::vmtest::test_steps());
-        guests.extend(xtask_bench::bench::quick_steps());
+        guests.extend(crate::vmtest::test_steps());
+        guests.extend(crate::bench::quick_steps());
     }
     if !args.no_matrix {
-        guests.push(xtask_bench::matrix::test_step(!args.no_vm));
+        guests.push(crate::matrix::test_step(!args.no_vm));
     }
     // The .debs and lintian on them; with the VM, their install and upgrade tests, here in the
     // host lane: they use the .debs this lane has built, and the guest lane is the longer one.
-    host.extend(xtask_bench::pkgtest::test_steps(!args.no_vm));
+    host.extend(crate::pkgtest::test_steps(!args.no_vm));
 
     if !args.only.is_empty() {
         let wanted = |name: &str| {
@@ -224,6 +222,13 @@ fn report(outcomes: &[Outcome], wall: f64) -> Result<()> {
 
 fn fmt(sh: &Shell) -> Result<()> {
     cmd!(sh, "cargo fmt --all -- --check").run()?;
+    Ok(())
+}
+
+/// The codegen lives in the xtask binary, which runs this bench: ask it.
+fn codegen_check(sh: &Shell) -> Result<()> {
+    let xtask = std::env::current_exe()?;
+    cmd!(sh, "{xtask} codegen --check").run()?;
     Ok(())
 }
 
