@@ -227,7 +227,7 @@ fn make(
     log: &Path,
     setup: impl FnOnce(&Shell, &Path, &Path) -> Result<String>,
 ) -> Result<String> {
-    let sources = HostSources::read()?;
+    let sources = HostSources::read(sh)?;
     let lines = sources.for_suite(suite);
     let mirror = sources.mirror()?;
     if let Some(parent) = log.parent() {
@@ -308,7 +308,9 @@ pub fn remove_tree(dir: &Path) -> Result<()> {
     fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))
 }
 
-/// The `deb` sources of the machine's apt configuration.
+/// The `deb` sources of the machine's apt configuration, as apt itself reads them (one-line
+/// and deb822 files, `Enabled: no`, options): `apt-get indextargets`, which needs no
+/// downloaded lists with `--no-release-info`.
 #[derive(Debug, PartialEq)]
 struct HostSources {
     /// The machine's own suite (`VERSION_CODENAME`), e.g. `bookworm`.
@@ -319,12 +321,15 @@ struct HostSources {
 #[derive(Debug, PartialEq)]
 struct Source {
     uri: String,
-    suites: Vec<String>,
+    suite: String,
     components: Vec<String>,
 }
 
+/// One line per package index apt would fetch: archive, suite, component.
+const INDEX_FORMAT: &str = "$(REPO_URI)\t$(RELEASE)\t$(COMPONENT)";
+
 impl HostSources {
-    fn read() -> Result<HostSources> {
+    fn read(sh: &Shell) -> Result<HostSources> {
         let os_release =
             fs::read_to_string("/etc/os-release").context("reading /etc/os-release")?;
         let codename = os_release
@@ -333,41 +338,28 @@ impl HostSources {
             .map(|c| c.trim_matches('"').to_owned())
             .filter(|c| !c.is_empty())
             .context("/etc/os-release has no VERSION_CODENAME; is this a Debian host?")?;
-        let mut files = vec![PathBuf::from("/etc/apt/sources.list")];
-        if let Ok(entries) = fs::read_dir("/etc/apt/sources.list.d") {
-            let mut more: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-            more.sort();
-            files.extend(more);
-        }
-        let mut sources = Vec::new();
-        for file in files {
-            let name = file.to_string_lossy();
-            let parse: fn(&str) -> Vec<Source> = if name.ends_with(".sources") {
-                parse_deb822
-            } else if name.ends_with(".list") {
-                parse_one_line
-            } else {
-                continue;
-            };
-            match fs::read_to_string(&file) {
-                Ok(text) => sources.extend(parse(&text)),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e).with_context(|| format!("reading {}", file.display())),
-            }
-        }
-        Ok(HostSources { codename, sources })
+        let listing = cmd!(
+            sh,
+            "apt-get indextargets --no-release-info --format {INDEX_FORMAT} 'Identifier: Packages'"
+        )
+        .quiet()
+        .read()
+        .context("listing the machine's apt sources")?;
+        Ok(HostSources {
+            codename,
+            sources: parse_index_targets(&listing),
+        })
     }
 
     /// The archive that serves the machine's own suite: debootstrap's mirror.
     fn mirror(&self) -> Result<&str> {
         self.sources
             .iter()
-            .find(|s| s.suites.contains(&self.codename))
+            .find(|s| s.suite == self.codename)
             .map(|s| s.uri.as_str())
             .with_context(|| {
                 format!(
-                    "no apt source of this machine serves {} (looked in /etc/apt/sources.list \
-                     and /etc/apt/sources.list.d)",
+                    "no apt source of this machine serves {} (apt-get indextargets)",
                     self.codename
                 )
             })
@@ -378,94 +370,55 @@ impl HostSources {
     fn for_suite(&self, suite: &str) -> Vec<String> {
         let mut lines = Vec::new();
         for source in &self.sources {
-            for host_suite in &source.suites {
-                let Some(suffix) = host_suite.strip_prefix(&self.codename) else {
-                    continue;
-                };
-                if !(suffix.is_empty() || suffix.starts_with('-')) {
-                    continue;
-                }
-                if matches!(suite, "sid" | "unstable") && !suffix.is_empty() {
-                    continue;
-                }
-                let line = format!(
-                    "deb {} {suite}{suffix} {}",
-                    source.uri,
-                    source.components.join(" ")
-                );
-                if !lines.contains(&line) {
-                    lines.push(line);
-                }
+            let Some(suffix) = source.suite.strip_prefix(&self.codename) else {
+                continue;
+            };
+            if !(suffix.is_empty() || suffix.starts_with('-')) {
+                continue;
+            }
+            if matches!(suite, "sid" | "unstable") && !suffix.is_empty() {
+                continue;
+            }
+            let line = format!(
+                "deb {} {suite}{suffix} {}",
+                source.uri,
+                source.components.join(" ")
+            );
+            if !lines.contains(&line) {
+                lines.push(line);
             }
         }
         lines
     }
 }
 
-/// `deb [options] URI SUITE COMPONENT…` lines.
-fn parse_one_line(text: &str) -> Vec<Source> {
-    let mut sources = Vec::new();
-    for line in text.lines() {
-        let line = line.split('#').next().unwrap_or("").trim();
-        let Some(rest) = line.strip_prefix("deb ") else {
+/// [`INDEX_FORMAT`] lines (one per architecture too) gathered into one source per archive
+/// and suite, components in apt's order.
+fn parse_index_targets(listing: &str) -> Vec<Source> {
+    let mut sources: Vec<Source> = Vec::new();
+    for line in listing.lines() {
+        let mut fields = line.split('\t');
+        let (Some(uri), Some(suite), Some(component)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
             continue;
         };
-        let mut rest = rest.trim_start();
-        if rest.starts_with('[') {
-            let Some(end) = rest.find(']') else { continue };
-            rest = rest[end + 1..].trim_start();
-        }
-        let mut fields = rest.split_whitespace();
-        let (Some(uri), Some(suite)) = (fields.next(), fields.next()) else {
-            continue;
+        let index = sources
+            .iter()
+            .position(|s| s.uri == uri && s.suite == suite);
+        let source = match index {
+            Some(i) => &mut sources[i],
+            None => {
+                sources.push(Source {
+                    uri: uri.to_owned(),
+                    suite: suite.to_owned(),
+                    components: Vec::new(),
+                });
+                sources.last_mut().expect("just pushed")
+            }
         };
-        sources.push(Source {
-            uri: uri.to_owned(),
-            suites: vec![suite.to_owned()],
-            components: fields.map(str::to_owned).collect(),
-        });
-    }
-    sources
-}
-
-/// deb822 stanzas (`Types: deb`, `URIs:`, `Suites:`, `Components:`; `Enabled: no` skipped).
-fn parse_deb822(text: &str) -> Vec<Source> {
-    let mut sources = Vec::new();
-    for stanza in text.split("\n\n") {
-        let mut fields: Vec<(String, String)> = Vec::new();
-        for line in stanza.lines() {
-            if line.starts_with('#') {
-                continue;
-            }
-            if line.starts_with([' ', '\t']) {
-                if let Some((_, value)) = fields.last_mut() {
-                    value.push(' ');
-                    value.push_str(line.trim());
-                }
-                continue;
-            }
-            if let Some((key, value)) = line.split_once(':') {
-                fields.push((key.trim().to_ascii_lowercase(), value.trim().to_owned()));
-            }
-        }
-        let get = |key: &str| -> Vec<String> {
-            fields
-                .iter()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| v.split_whitespace().map(str::to_owned).collect())
-                .unwrap_or_default()
-        };
-        let enabled = get("enabled");
-        if !get("types").iter().any(|t| t == "deb") || enabled.iter().any(|e| e == "no") {
-            continue;
-        }
-        let (suites, components) = (get("suites"), get("components"));
-        for uri in get("uris") {
-            sources.push(Source {
-                uri,
-                suites: suites.clone(),
-                components: components.clone(),
-            });
+        if !source.components.iter().any(|c| c == component) {
+            source.components.push(component.to_owned());
         }
     }
     sources
@@ -475,69 +428,59 @@ fn parse_deb822(text: &str) -> Vec<Source> {
 mod tests {
     use super::*;
 
-    const DEB822: &str = "Types: deb\n\
-                          # a comment\n\
-                          URIs: http://archive.example/debian\n\
-                          Suites: bookworm bookworm-updates\n\
-                          Components: main\n\
-                          Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\
-                          \n\
-                          Types: deb deb-src\n\
-                          URIs: http://archive.example/debian-security\n\
-                          Suites: bookworm-security\n\
-                          Components: main\n\
-                          \n\
-                          Types: deb\n\
-                          URIs: http://elsewhere.example/debian\n\
-                          Suites: bookworm\n\
-                          Components: main\n\
-                          Enabled: no\n";
+    const LISTING: &str = "http://archive.example/debian/\tbookworm\tmain\n\
+                           http://archive.example/debian/\tbookworm\tcontrib\n\
+                           http://archive.example/debian/\tbookworm\tmain\n\
+                           http://archive.example/debian/\tbookworm-updates\tmain\n\
+                           http://archive.example/debian-security/\tbookworm-security\tmain\n";
 
     fn host() -> HostSources {
         HostSources {
             codename: "bookworm".into(),
-            sources: parse_deb822(DEB822),
+            sources: parse_index_targets(LISTING),
         }
     }
 
     #[test]
-    fn deb822_stanzas() {
-        let sources = parse_deb822(DEB822);
-        assert_eq!(sources.len(), 2);
-        assert_eq!(sources[0].uri, "http://archive.example/debian");
-        assert_eq!(sources[0].suites, ["bookworm", "bookworm-updates"]);
-        assert_eq!(sources[1].components, ["main"]);
+    fn index_targets_are_gathered_per_archive_and_suite() {
+        let sources = parse_index_targets(LISTING);
+        assert_eq!(sources.len(), 3);
+        assert_eq!(sources[0].uri, "http://archive.example/debian/");
+        assert_eq!(sources[0].components, ["main", "contrib"]);
+        assert_eq!(sources[2].suite, "bookworm-security");
     }
 
+    /// apt on this machine answers in the format parsed here.
     #[test]
-    fn one_line_sources() {
-        let sources = parse_one_line(
-            "# comment\n\
-             deb [arch=amd64 signed-by=/k.gpg] http://a.example/debian bookworm main contrib\n\
-             deb-src http://a.example/debian bookworm main\n\
-             deb http://b.example/debian-security bookworm-security main # trailing\n",
+    fn the_machines_sources_are_read() {
+        let sh = Shell::new().unwrap();
+        if cmd!(sh, "apt-get --version").quiet().read().is_err() {
+            eprintln!("skipped: no apt-get");
+            return;
+        }
+        let host = HostSources::read(&sh).unwrap();
+        assert!(
+            host.sources.iter().all(|s| s.uri.contains("://")),
+            "{host:?}"
         );
-        assert_eq!(sources.len(), 2);
-        assert_eq!(sources[0].uri, "http://a.example/debian");
-        assert_eq!(sources[0].components, ["main", "contrib"]);
-        assert_eq!(sources[1].suites, ["bookworm-security"]);
+        assert!(host.mirror().is_ok(), "{host:?}");
     }
 
     #[test]
     fn suites_are_renamed() {
         let host = host();
-        assert_eq!(host.mirror().ok(), Some("http://archive.example/debian"));
+        assert_eq!(host.mirror().ok(), Some("http://archive.example/debian/"));
         assert_eq!(
             host.for_suite("bullseye"),
             [
-                "deb http://archive.example/debian bullseye main",
-                "deb http://archive.example/debian bullseye-updates main",
-                "deb http://archive.example/debian-security bullseye-security main",
+                "deb http://archive.example/debian/ bullseye main contrib",
+                "deb http://archive.example/debian/ bullseye-updates main",
+                "deb http://archive.example/debian-security/ bullseye-security main",
             ]
         );
         assert_eq!(
             host.for_suite("sid"),
-            ["deb http://archive.example/debian sid main"]
+            ["deb http://archive.example/debian/ sid main contrib"]
         );
     }
 
