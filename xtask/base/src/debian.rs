@@ -77,17 +77,6 @@ pub fn revision() -> Result<String> {
     Ok(revision.to_owned())
 }
 
-/// `${<package>:NextMajor}`: the lowest version of the next major, `2~` for 1.x (`~` sorts
-/// before any release of it).
-pub fn next_major(version: &str) -> Result<String> {
-    let major: u32 = version
-        .split('.')
-        .next()
-        .and_then(|m| m.parse().ok())
-        .with_context(|| format!("no major version in {version}"))?;
-    Ok(format!("{}~", major + 1))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,8 +87,6 @@ mod tests {
             changelog_version("mtgdrcopy (1.0.0-1) unstable; urgency=medium\n"),
             Some("1.0.0-1")
         );
-        assert_eq!(next_major("1.4.2")?, "2~");
-        assert_eq!(next_major("0.1.0")?, "1~");
         Ok(())
     }
 

@@ -55,17 +55,3 @@ pub fn apt(sh: &Shell, args: &[&str]) -> Result<()> {
     }
     Ok(())
 }
-
-/// The CPU model, for the report and the plots' titles.
-pub fn cpu_name() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| {
-            c.lines().find_map(|l| {
-                l.strip_prefix("model name")
-                    .and_then(|r| r.split_once(':'))
-                    .map(|(_, v)| v.trim().to_string())
-            })
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
-}

@@ -5,9 +5,9 @@
 use anyhow::{ensure, Context, Result};
 use xshell::Shell;
 
+use crate::library::link_library;
 use crate::runner::Step;
 use xtask_base::cross::{build, ensure_elf_for, fetch, toolchain};
-use xtask_base::library::link_library;
 use xtask_base::paths;
 use xtask_base::targets::{self, Target, TARGETS};
 use xtask_base::targets::{release_dir, AARCH64};

@@ -13,6 +13,7 @@ pub mod elf;
 pub mod fuzz;
 pub mod hostbench;
 pub mod kernel;
+pub mod library;
 pub mod matrix;
 pub mod msrv;
 pub mod pkgtest;

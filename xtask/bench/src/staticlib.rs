@@ -138,7 +138,7 @@ pub fn test_step(sh: &Shell) -> Result<()> {
 /// [`check`]; and the script must refuse an archive without the API.
 fn step(sh: &Shell, target: Option<&Target>) -> Result<()> {
     let input = match target {
-        None => xtask_base::library::build_library(sh)?.join("libgdrapi.a"),
+        None => crate::library::build_library(sh)?.join("libgdrapi.a"),
         Some(t) => {
             cross::build(sh, t, true, false)?;
             targets::release_dir(t).join("libgdrapi.a")

@@ -310,7 +310,7 @@ fn check_consumer(sh: &Shell, host: &Root, lib: &Built) -> Result<()> {
     let deps = sh_in("cd /tmp/consumer && dpkg-shlibdeps -O consumer 2>/dev/null")?;
     let want = format!(
         "libgdrapi (>= {upstream}), libgdrapi (<< {})",
-        xtask_base::debian::next_major(upstream)?
+        next_major(upstream)?
     );
     ensure!(
         deps.contains(&want),
@@ -318,4 +318,27 @@ fn check_consumer(sh: &Shell, host: &Root, lib: &Built) -> Result<()> {
     );
     eprintln!("    consumer: {}", deps.trim());
     Ok(())
+}
+
+/// `${<package>:NextMajor}`: the lowest version of the next major, `2~` for 1.x (`~` sorts
+/// before any release of it).
+pub fn next_major(version: &str) -> Result<String> {
+    let major: u32 = version
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .with_context(|| format!("no major version in {version}"))?;
+    Ok(format!("{}~", major + 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_next_major_sorts_before_its_releases() -> Result<()> {
+        assert_eq!(next_major("1.4.2")?, "2~");
+        assert_eq!(next_major("0.1.0")?, "1~");
+        Ok(())
+    }
 }
