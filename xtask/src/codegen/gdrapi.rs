@@ -9,7 +9,8 @@ use std::path::Path;
 use anyhow::Result;
 use gdrapi::capi::C_ENUMS;
 
-use super::{banner, insert_defines, run_cbindgen};
+use cbindgen::ItemType;
+use xtask_base::generated::Generated;
 
 const OVERVIEW: &str = r#"/*
  * gdrapi.h: GDRCopy for Moore Threads GPUs, API @API_VERSION@.
@@ -84,49 +85,35 @@ const OVERVIEW: &str = r#"/*
  *    context current.
  */"#;
 
-pub fn header(root: &Path) -> Result<String> {
-    let mut config = cbindgen::Config {
-        language: cbindgen::Language::C,
-        style: cbindgen::Style::Type,
-        usize_is_size_t: true,
-        include_guard: Some("GDRAPI_H".into()),
-        cpp_compat: true,
-        no_includes: true,
-        sys_includes: vec!["stddef.h".into(), "stdint.h".into()],
-        header: Some(format!(
-            "{}\n{}",
-            banner("libgdrapi/src/capi.rs (prototypes, versions, enums)"),
-            OVERVIEW.replace(
-                "@API_VERSION@",
-                &format!(
-                    "{}.{}",
-                    gdrapi::capi::GDR_API_MAJOR_VERSION,
-                    gdrapi::capi::GDR_API_MINOR_VERSION
-                )
-            )
-        )),
-        after_includes: Some(types()?),
-        documentation: true,
-        ..Default::default()
-    };
+pub fn header(root: &Path) -> Result<Generated> {
+    let api_version = format!(
+        "{}.{}",
+        gdrapi::capi::GDR_API_MAJOR_VERSION,
+        gdrapi::capi::GDR_API_MINOR_VERSION
+    );
+    let mut config = super::config(
+        "GDRAPI_H",
+        "libgdrapi/src/capi.rs (prototypes, versions, enums)",
+        &OVERVIEW.replace("@API_VERSION@", &api_version),
+    );
+    config.style = cbindgen::Style::Type;
+    config.usize_is_size_t = true;
+    config.cpp_compat = true;
+    config.sys_includes = vec!["stddef.h".into(), "stdint.h".into()];
+    config.after_includes = Some(types()?);
+    config.function.must_use = None;
+    // Every type is written by `types()`, as upstream's header declares it.
+    config.export.item_types = vec![ItemType::Constants, ItemType::Functions];
     config.export.exclude = [
-        "gdr",
-        "gdr_t",
-        "gdr_mapping_type_t",
-        "gdr_attr_t",
-        "gdr_info_v2",
-        "gdr_info_v1",
-        "gdr_get_info",
         // Written by `types()` as upstream's header has them.
-        "gdr_mh_t",
         "GPU_PAGE_SHIFT",
         "GPU_PAGE_SIZE",
         "GPU_PAGE_OFFSET",
         "GPU_PAGE_MASK",
         "MAJOR_VERSION_SHIFT",
         "MINOR_VERSION_MASK",
-        // Rust-only items that cbindgen sees while walking the crate.
-        "PinFlags",
+        // A `#define` of gdr_get_info_v2 (below); the v1 symbol is for old binaries only.
+        "gdr_get_info",
     ]
     .map(String::from)
     .to_vec();
@@ -134,10 +121,10 @@ pub fn header(root: &Path) -> Result<String> {
         .export
         .rename
         .insert("gdr_info_v2".into(), "gdr_info_v2_t".into());
-    config.function.must_use = None;
-    let body = run_cbindgen(&root.join("libgdrapi"), config)?;
-    insert_defines(
-        &body,
+    super::c_header(
+        &root.join("libgdrapi/include/gdrapi.h"),
+        &root.join("libgdrapi"),
+        config,
         "\n/* The v2 layout is the default; the v1 symbol stays exported for old binaries. */\n\
          #define gdr_get_info gdr_get_info_v2\n",
     )
