@@ -200,66 +200,19 @@ const UPSTREAM_UNPREFIXED: [&str; 9] = [
 /// enumerators and functions (comments and parameter lists aside).
 #[cfg(test)]
 fn declared_names(header: &str) -> Vec<String> {
-    let mut code = String::new();
-    let mut rest = header;
-    while let Some(start) = rest.find("/*") {
-        code.push_str(&rest[..start]);
-        rest = rest[start..]
-            .split_once("*/")
-            .map_or("", |(_, after)| after);
-    }
-    code.push_str(rest);
-    let ident = |s: &str| -> String {
-        s.chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect()
-    };
-    let mut names = Vec::new();
-    for line in code.lines().map(|l| l.split("//").next().unwrap_or("")) {
-        let trimmed = line.trim();
-        if let Some(macro_name) = trimmed.strip_prefix("#define ") {
-            names.push(ident(macro_name));
-            continue;
-        }
-        if trimmed.starts_with('#') || trimmed.is_empty() {
-            continue;
-        }
-        for keyword in ["struct ", "enum "] {
-            for (i, _) in trimmed.match_indices(keyword) {
-                let word_start = i == 0 || !trimmed.as_bytes()[i - 1].is_ascii_alphanumeric();
-                let tag = ident(&trimmed[i + keyword.len()..]);
-                if word_start && !tag.is_empty() {
-                    names.push(tag);
-                }
-            }
-        }
-        // `} name;` closes a typedef; `typedef ... name;` is one on one line.
-        if let Some(after) = trimmed.strip_prefix('}') {
-            let name = ident(after.trim());
-            if !name.is_empty() {
-                names.push(name);
-            }
-        } else if trimmed.starts_with("typedef") && trimmed.ends_with(';') {
-            let body = trimmed.trim_end_matches(';');
-            names.push(
-                body.rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                    .next()
-                    .unwrap_or("")
-                    .to_string(),
-            );
-        } else if line.starts_with("    ") && trimmed.contains(" = ") && trimmed.ends_with(',') {
-            names.push(ident(trimmed));
-        } else if !line.starts_with(' ') && trimmed.contains('(') {
-            // A prototype: the identifier right before the parameter list.
-            let head = &trimmed[..trimmed.find('(').unwrap_or(0)];
-            let name = head
-                .rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                .next()
-                .unwrap_or("");
-            names.push(name.to_string());
-        }
-    }
-    names.retain(|n| !n.is_empty());
+    let comments = regex_lite::Regex::new(r"(?s)/\*.*?\*/|//[^\n]*").expect("a valid pattern");
+    let code = comments.replace_all(header, "");
+    // In order: a macro, a tag, the name that closes a typedef's body, a one-line typedef, an
+    // enumerator, a prototype's function.
+    let declaration = regex_lite::Regex::new(
+        r"(?m)#define\s+(\w+)|\b(?:struct|enum)\s+(\w+)|^\}\s*(\w+);|^typedef\b[^{;]*\b(\w+);|^\s+(\w+) = |^\w[^(\n#]*\b(\w+)\(",
+    )
+    .expect("a valid pattern");
+    let mut names: Vec<String> = declaration
+        .captures_iter(&code)
+        .filter_map(|c| c.iter().skip(1).flatten().next())
+        .map(|name| name.as_str().to_string())
+        .collect();
     names.sort();
     names.dedup();
     names
