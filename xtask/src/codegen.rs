@@ -59,7 +59,7 @@ pub fn generate_all() -> Result<Vec<Generated>> {
         gdrapi::header(&root)?,
     ];
     all.extend(manual_pages()?);
-    all.extend(xtask_pack::identity::cargo_manifests(&root, &identity)?);
+    all.push(xtask_pack::identity::cargo_manifest(&root, &identity)?);
     all.push(xtask_pack::licences::generate(&root, &identity)?);
     Ok(all)
 }
