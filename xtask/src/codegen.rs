@@ -58,32 +58,10 @@ pub fn generate_all() -> Result<Vec<Generated>> {
         emu_header(&root)?,
         gdrapi::header(&root)?,
     ];
-    all.extend(manual_pages()?);
+    all.extend(manpage::pages()?);
     all.push(xtask_pack::identity::cargo_manifest(&root, &identity)?);
     all.push(xtask_pack::licences::generate(&root, &identity)?);
     Ok(all)
-}
-
-/// The manual pages of the mtgdrcopy-tests programs, `mtgdrcopy-tests/man/<program>.1`, from
-/// each program's clap command (so that packaging them needs no run of the programs, which a
-/// cross build could not do).
-fn manual_pages() -> Result<Vec<Generated>> {
-    let ws = xtask_base::workspace::Workspace::load()?;
-    let krate = ws.krate("mtgdrcopy-tests")?;
-    let pages = manpage::pages("mtgdrcopy-tests", &krate.version)?;
-    for bin in &krate.bins {
-        anyhow::ensure!(
-            pages.iter().any(|(name, _)| name == bin),
-            "{bin} has no manual page: add its command to mtgdrcopy_tests::cli::commands()"
-        );
-    }
-    Ok(pages
-        .into_iter()
-        .map(|(name, contents)| Generated {
-            path: paths::root().join(format!("mtgdrcopy-tests/man/{name}.1")),
-            contents,
-        })
-        .collect())
 }
 
 /// The cbindgen configuration every header shares: C, an include guard, documentation, and a
@@ -150,7 +128,6 @@ fn uapi_header(
     config.after_includes = Some("#include <linux/types.h>".into());
     config.export.exclude = vec!["__u32".into(), "__u64".into(), "__s32".into()];
     config.export.include = types.iter().map(|t| t.to_string()).collect();
-    config.enumeration.prefix_with_name = false;
     c_header(path, crate_dir, config, defines)
 }
 
