@@ -3,6 +3,10 @@
 //! Each entry point checks its pointers (NULL → `EINVAL`), guards against panics (→ `EIO`, never
 //! unwinding into C), calls the safe API, and returns 0 or a positive errno. `include/gdrapi.h`
 //! is generated from this file by `cargo xtask codegen`.
+//!
+//! # The contract (gdrapi.h's opening comment)
+//!
+#![doc = include_str!("capi/overview.md")]
 #![allow(non_camel_case_types)]
 
 use std::collections::HashMap;

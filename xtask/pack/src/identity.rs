@@ -1,8 +1,9 @@
 //! Who makes the packages and where the project lives, written in ONE place: debian/control's
 //! Source paragraph (`Maintainer:`, `Homepage:`). `cargo xtask codegen` copies them to
 //! debian/copyright (`Upstream-Contact:` = Maintainer, `Source:` = Homepage) and the
-//! workspace's `repository` (= Homepage), so `codegen --check` catches a copy edited by hand. `release-check` refuses a placeholder
-//! (example.org, *.invalid, ...) in any of them and in the changelogs' newest trailers.
+//! workspace's `repository` (= Homepage), so `codegen --check` catches a copy edited by hand.
+//! `release-check` refuses a placeholder (example.org, *.invalid, ...) in debian/control, the
+//! crates' manifests and the changelogs' newest trailers.
 
 use std::fs;
 use std::path::Path;
@@ -48,12 +49,16 @@ fn parse(control: &str) -> Result<Identity> {
     };
     let maintainer = field("Maintainer")?;
     let homepage = field("Homepage")?;
+    let address = maintainer
+        .strip_suffix('>')
+        .and_then(|m| m.rsplit_once('<'))
+        .map(|(_, address)| address);
     ensure!(
-        address(&maintainer).is_some() && maintainer.ends_with('>'),
+        address.and_then(host).is_some(),
         "Maintainer {maintainer:?} is not `Name <address>`"
     );
     ensure!(
-        homepage.starts_with("https://") && url_host(&homepage).is_some(),
+        homepage.starts_with("https://") && host(&homepage).is_some(),
         "Homepage {homepage:?} is not an https:// URL"
     );
     Ok(Identity {
@@ -62,32 +67,20 @@ fn parse(control: &str) -> Result<Identity> {
     })
 }
 
-/// The address of `Name <user@host>` (or of a bare `user@host`).
-fn address(value: &str) -> Option<&str> {
-    let inner = match value.rsplit_once('<') {
-        Some((_, rest)) => rest.strip_suffix('>')?,
-        None => value,
+/// The host of a word that is a URL (`scheme://[user@]host[:port]/...`) or an address
+/// (`user@host`), lower-case.
+fn host(word: &str) -> Option<String> {
+    let host = match word.split_once("://") {
+        Some((_, rest)) => {
+            let authority = rest.split(['/', '?', '#']).next()?;
+            authority
+                .rsplit_once('@')
+                .map_or(authority, |(_, host)| host)
+        }
+        None => word.rsplit_once('@')?.1,
     };
-    let (user, host) = inner.trim().rsplit_once('@')?;
-    (!user.is_empty() && !host.is_empty()).then_some(inner.trim())
-}
-
-fn url_host(url: &str) -> Option<&str> {
-    let (_, rest) = url.split_once("://")?;
-    let authority = rest.split(['/', '?', '#']).next()?;
-    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let host = host.split(':').next()?;
-    (!host.is_empty()).then_some(host)
-}
-
-/// The host of a URL or of an e-mail address, if `value` is either.
-fn host(value: &str) -> Option<String> {
-    let host = if value.contains("://") {
-        url_host(value)?
-    } else {
-        address(value)?.rsplit_once('@')?.1
-    };
-    Some(host.trim_end_matches('.').to_ascii_lowercase())
+    let host = host.split(':').next()?.trim_end_matches('.');
+    (!host.is_empty()).then(|| host.to_ascii_lowercase())
 }
 
 /// Reserved for examples and tests (RFC 2606, RFC 6761): never a real maintainer or homepage.
@@ -99,102 +92,59 @@ fn is_placeholder_host(host: &str) -> bool {
     example || ["example", "invalid", "test", "localhost"].contains(&tld)
 }
 
-/// `Some(host)` when `value` is an address or URL on a placeholder host.
-pub fn placeholder(value: &str) -> Option<String> {
-    host(value).filter(|h| is_placeholder_host(h))
+/// The addresses and URLs in `text` that are on a placeholder host, with that host. A word ends
+/// at a space, a comma, a quote or an angle bracket (`Name <user@host>, Other <...>`).
+fn placeholders(text: &str) -> Vec<(&str, String)> {
+    text.split(|c: char| c.is_whitespace() || ",<>\"'".contains(c))
+        .filter_map(|word| Some((word, host(word).filter(|h| is_placeholder_host(h))?)))
+        .collect()
 }
 
 /// Every maintainer address and homepage of the tree that is a placeholder, as findings:
-/// debian/control (Maintainer, Uploaders, Homepage, Vcs-*), debian/copyright's header, the
-/// workspace crates' `repository` and `homepage`, and the newest trailer of each changelog.
+/// debian/control's, the workspace crates' `repository` and `homepage`, and the newest trailer
+/// of each changelog. debian/copyright's header needs no look: it is a copy of debian/control
+/// that release-check's freshness check holds equal to it.
 pub fn placeholder_findings(tree: &Tree) -> Result<Vec<String>> {
     let root = paths::root();
-    let mut values: Vec<(String, String)> = Vec::new();
-    let control = root.join("debian/control");
-    if control.exists() {
-        let text = fs::read_to_string(&control).context("reading debian/control")?;
-        for p in deb822::parse(&text).context("debian/control")? {
-            for (field, value) in &p.fields {
-                let field = field.to_ascii_lowercase();
-                if !["maintainer", "uploaders", "homepage"].contains(&field.as_str())
-                    && !field.starts_with("vcs-")
-                {
-                    continue;
-                }
-                for v in value.split(',').map(str::trim).filter(|v| !v.is_empty()) {
-                    values.push((format!("debian/control {field}"), v.to_string()));
-                }
-            }
-        }
-    }
-    let copyright =
-        fs::read_to_string(root.join("debian/copyright")).context("reading debian/copyright")?;
-    let header = deb822::parse(&copyright).context("debian/copyright")?;
-    for field in ["Upstream-Contact", "Source"] {
-        let value = header.first().and_then(|h| h.get(field)).unwrap_or("");
-        for line in value.lines().map(str::trim).filter(|l| !l.is_empty()) {
-            values.push((format!("debian/copyright {field}"), line.to_string()));
-        }
-    }
-    values.extend(manifest_values()?);
-    let mut changelogs: Vec<(String, &str)> = tree
+    let control =
+        fs::read_to_string(root.join("debian/control")).context("reading debian/control")?;
+    let mut texts = vec![("debian/control".to_string(), control)];
+    let changelogs = tree
         .packages
         .iter()
-        .map(|(package, _, text)| {
-            (
-                format!("the {} changelog", package.deb_name()),
-                text.as_str(),
-            )
-        })
-        .collect();
-    let source_changelog = root.join("debian/changelog");
-    let source_text = match source_changelog.exists() {
-        true => fs::read_to_string(&source_changelog).context("reading debian/changelog")?,
-        false => String::new(),
-    };
-    if !source_text.is_empty() {
-        changelogs.push(("debian/changelog".to_string(), &source_text));
-    }
+        .map(|(package, _, text)| (format!("the {} changelog", package.deb_name()), text))
+        .chain([("debian/changelog".to_string(), &tree.source_changelog)]);
     for (place, text) in changelogs {
+        // The newest entry ends with its trailer, ` -- Name <address>  date`.
         let trailer = versions::changelog_section(text)
             .and_then(|s| s.lines().last().map(str::to_string))
             .unwrap_or_default();
-        let who = trailer.trim().trim_start_matches("--");
-        let who = who.split("  ").next().unwrap_or("").trim();
-        values.push((format!("{place}, newest trailer"), who.to_string()));
+        texts.push((format!("{place}, newest trailer"), trailer));
     }
-    Ok(values
-        .into_iter()
-        .filter_map(|(place, v)| {
-            placeholder(&v).map(|h| format!("{place}: {v} is on the placeholder host {h}"))
+    for p in xtask_base::cargo::metadata(&root, &["--no-deps"])?.packages {
+        let values = [p.repository, p.homepage].map(Option::unwrap_or_default);
+        texts.push((
+            format!("{}'s repository and homepage", p.name),
+            values.join(" "),
+        ));
+    }
+    Ok(texts
+        .iter()
+        .flat_map(|(place, text)| {
+            placeholders(text).into_iter().map(move |(word, host)| {
+                format!("{place}: {word} is on the placeholder host {host}")
+            })
         })
         .collect())
 }
 
-/// The workspace crates' `repository` and `homepage`, each with where it is set.
-fn manifest_values() -> Result<Vec<(String, String)>> {
-    let root = paths::root();
-    let meta = xtask_base::cargo::metadata(&root, &["--no-deps"])?;
-    let mut values = Vec::new();
-    for p in &meta.packages {
-        let manifest = p.manifest_path.as_std_path();
-        let manifest = manifest.strip_prefix(&root).unwrap_or(manifest);
-        for (key, value) in [("repository", &p.repository), ("homepage", &p.homepage)] {
-            if let Some(v) = value {
-                values.push((format!("{} {key}", manifest.display()), v.clone()));
-            }
-        }
-    }
-    Ok(values)
-}
-
 /// The workspace manifest with the identity filled in from debian/control: its `repository`
 /// is the homepage.
-pub fn cargo_manifests(root: &Path, identity: &Identity) -> Result<Vec<Generated>> {
+pub fn cargo_manifest(root: &Path, identity: &Identity) -> Result<Generated> {
     let path = root.join("Cargo.toml");
     let text = fs::read_to_string(&path).context("reading Cargo.toml")?;
     let contents = set_repository(&text, &identity.homepage).context("Cargo.toml")?;
-    Ok(vec![Generated { path, contents }])
+    Ok(Generated { path, contents })
 }
 
 /// `text` with `[workspace.package]`'s `repository` set to `url`, every other byte kept
@@ -236,8 +186,9 @@ mod tests {
             "http://localhost:8080/",
             "Me <me@localhost>",
             "https://repo.localhost",
+            "Uploaders: A <a@b.org>,\n B <b@pkg.invalid>",
         ] {
-            assert!(placeholder(value).is_some(), "{value} passed");
+            assert!(!placeholders(value).is_empty(), "{value} passed");
         }
     }
 
@@ -253,11 +204,12 @@ mod tests {
             "https://latest.testing.io/",
             "https://example.com.evil.io/",
             "Me <test@debian.org>",
+            "Uploaders: A <a@b.org>,\n B <b@c.org>",
             "https://localhost.dev/",
             "not an address",
             "",
         ] {
-            assert_eq!(placeholder(value), None, "{value} refused");
+            assert_eq!(placeholders(value), [], "{value} refused");
         }
     }
 
@@ -286,8 +238,8 @@ mod tests {
     #[test]
     fn the_tree_reads_its_identity_from_debian_control() {
         let id = identity().unwrap();
-        assert_eq!(placeholder(&id.maintainer), None);
-        assert_eq!(placeholder(&id.homepage), None);
+        assert_eq!(placeholders(&id.maintainer), []);
+        assert_eq!(placeholders(&id.homepage), []);
     }
 
     #[test]
