@@ -189,32 +189,16 @@ mod tests {
         }
     }
 
+    /// Every key of the table parses (strict SPDX, deprecated GNU forms) to itself; the short
+    /// names Debian spells differently are asserted in the other tests.
     #[test]
     fn single_licences_take_debian_short_names() {
-        for (spdx, short) in [
-            ("MIT", "Expat"),
-            ("Apache-2.0", "Apache-2.0"),
-            ("ISC", "ISC"),
-            ("BSD-2-Clause", "BSD-2-clause"),
-            ("BSD-3-Clause", "BSD-3-clause"),
-            ("Zlib", "Zlib"),
-            ("BSL-1.0", "BSL-1.0"),
-            ("0BSD", "0BSD"),
-            ("MPL-2.0", "MPL-2.0"),
-            ("CC0-1.0", "CC0-1.0"),
-            ("Unicode-3.0", "Unicode-3.0"),
-            ("Unicode-DFS-2016", "Unicode-DFS-2016"),
-            ("Unlicense", "Unlicense"),
-            ("GPL-2.0-only", "GPL-2"),
-            ("GPL-2.0-or-later", "GPL-2+"),
-            (
-                "Apache-2.0 WITH LLVM-exception",
-                "Apache-2.0 with LLVM exception",
-            ),
-        ] {
-            assert_eq!(dep5(spdx), short, "{spdx}");
-            assert_eq!(to_dep5(spdx).unwrap().names, [short], "{spdx}");
+        for (spdx, short, _) in LICENCES {
+            assert_eq!(dep5(spdx), *short, "{spdx}");
+            assert_eq!(to_dep5(spdx).unwrap().names, [*short], "{spdx}");
         }
+        assert_eq!(dep5("BSD-2-Clause"), "BSD-2-clause");
+        assert_eq!(dep5("GPL-2.0-only"), "GPL-2");
     }
 
     #[test]
