@@ -8,17 +8,16 @@
 //! libmusa's own dependencies are development tools, neither shipped nor vendored. One Files
 //! paragraph each, saying whether the binary packages link it; one for the Rust standard
 //! library, which every Rust binary links; then one standalone License paragraph per short
-//! name that the hand-written part above does not already give. Licence texts come from the
-//! crates' own licence files, except those Debian ships in /usr/share/common-licenses.
+//! name that the hand-written part above does not already give. Copyright holders are the
+//! copyright lines of a crate's licence files and its Cargo.toml `authors`; licence texts are
+//! the SPDX licence list's, or a pointer to those Debian ships in /usr/share/common-licenses.
 
 mod crates;
-mod dep5;
 mod render;
 mod spdx;
-mod texts;
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result};
 
@@ -28,7 +27,6 @@ use crate::identity::Identity;
 
 use crates::{dependencies, metadata, TARGETS};
 use render::copyright;
-use texts::licence_files;
 
 /// debian/copyright with its generated part and header fields up to date.
 pub fn generate(root: &Path, identity: &Identity) -> Result<Generated> {
@@ -39,12 +37,7 @@ pub fn generate(root: &Path, identity: &Identity) -> Result<Generated> {
         .iter()
         .map(|t| metadata(root, Some(t)))
         .collect::<Result<Vec<_>>>()?;
-    let mut deps = Vec::new();
-    for dep in dependencies(&all, &per_target)? {
-        let files = licence_files(&dep)?;
-        deps.push((dep, files));
-    }
-    let contents = copyright(&current, identity, &deps)?;
+    let contents = copyright(&current, identity, &dependencies(&all, &per_target)?)?;
     Ok(Generated { path, contents })
 }
 
@@ -66,53 +59,48 @@ struct Dep {
     license: Option<String>,
     /// Cargo.toml `license-file`.
     license_file: Option<String>,
-    authors: Vec<String>,
+    /// The Copyright field's lines.
+    holders: Vec<String>,
     usage: Usage,
-    dir: PathBuf,
-}
-
-struct LicenceFile {
-    text: String,
-}
-
-/// Test data the submodules' tests share.
-#[cfg(test)]
-mod fixtures {
-    use super::LicenceFile;
-
-    pub(super) fn files(texts: &[&str]) -> Vec<LicenceFile> {
-        texts
-            .iter()
-            .map(|t| LicenceFile {
-                text: t.to_string(),
-            })
-            .collect()
-    }
-
-    pub(super) const ISC_FILE: &str = "Copyright (c) 2015, Someone\n\n\
-        Permission to use, copy, modify, and/or distribute this software for any purpose\n\
-        with or without fee is hereby granted, provided that the above copyright notice\n\
-        and this permission notice appear in all copies.\n\n\tTHE SOFTWARE IS PROVIDED \"AS IS\".\n";
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    use std::collections::BTreeSet;
+
     use xtask_base::{deb822, paths};
 
-    /// The committed file: valid DEP-5 by our rules and by dpkg's parser, header from
+    /// The committed file: every licence given once, valid for dpkg's parser, header from
     /// debian/control.
     #[test]
     fn the_committed_copyright_is_valid() {
         let path = paths::root().join("debian/copyright");
         let text = fs::read_to_string(&path).unwrap();
-        dep5::check(&text).unwrap();
-        let header = &deb822::parse(&text).unwrap()[0];
+        let paragraphs = deb822::parse(&text).unwrap();
+        let header = &paragraphs[0];
         let id = crate::identity::identity().unwrap();
         assert_eq!(header.get("Upstream-Contact"), Some(id.maintainer.as_str()));
         assert_eq!(header.get("Source"), Some(id.homepage.as_str()));
         assert!(text.contains("\nFiles: vendor/libloading-"));
+        // Each short name the Files paragraphs use has exactly one standalone License
+        // paragraph, and no other has one, as lintian checks (here also without lintian).
+        let (files, standalone): (Vec<_>, Vec<_>) =
+            paragraphs[1..].iter().partition(|p| p.has("Files"));
+        let mut given: Vec<&str> = standalone
+            .iter()
+            .map(|p| p.get("License").unwrap().split_once('\n').unwrap().0)
+            .collect();
+        given.sort_unstable();
+        let mut used = BTreeSet::new();
+        for p in files {
+            let licence = p.get("License").unwrap().replace(',', "");
+            for names in licence.split(" or ") {
+                used.extend(names.split(" and ").map(String::from));
+            }
+        }
+        assert_eq!(given, used.iter().map(String::as_str).collect::<Vec<_>>());
 
         let has_dpkg = std::process::Command::new("perl")
             .args(["-MDpkg::Control::HashCore", "-e", "1"])

@@ -1,11 +1,13 @@
 //! The crates to cover, from `cargo metadata --locked`: what the product crates reach on every
-//! platform, and which of them each binary package links.
+//! platform, which of them each binary package links, and who holds their copyright.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fs;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use cargo_metadata::{DependencyKind, Metadata, Node, Package, PackageId};
+use cargo_metadata::camino::Utf8Path;
+use cargo_metadata::{DependencyKind, Metadata, Node, PackageId};
 
 use super::{Dep, Usage};
 use xtask_base::paths::PRODUCTS;
@@ -26,117 +28,147 @@ pub(super) fn metadata(root: &Path, target: Option<&str>) -> Result<Metadata> {
     xtask_base::cargo::metadata(root, &options).context("is Cargo.lock up to date?")
 }
 
-/// `cargo metadata`'s resolve graph.
-struct Graph<'a> {
-    packages: HashMap<&'a PackageId, &'a Package>,
-    nodes: HashMap<&'a PackageId, &'a Node>,
-    members: Vec<&'a Package>,
-}
-
-impl<'a> Graph<'a> {
-    fn new(meta: &'a Metadata) -> Result<Graph<'a>> {
-        let resolve = meta
-            .resolve
-            .as_ref()
-            .context("cargo metadata has no resolve graph")?;
-        Ok(Graph {
-            packages: meta.packages.iter().map(|p| (&p.id, p)).collect(),
-            nodes: resolve.nodes.iter().map(|n| (&n.id, n)).collect(),
-            members: meta.workspace_packages(),
-        })
+/// The packages that the workspace crates `roots` reach in `meta`'s resolve graph; `linked`:
+/// only what ends up in their binaries (normal dependencies, not into procedural macros, which
+/// run in the compiler).
+fn reach(meta: &Metadata, roots: &[&str], linked: bool) -> Result<BTreeSet<PackageId>> {
+    let resolve = meta
+        .resolve
+        .as_ref()
+        .context("cargo metadata: no resolve graph")?;
+    let nodes: HashMap<&PackageId, &Node> = resolve.nodes.iter().map(|n| (&n.id, n)).collect();
+    let proc_macros: HashSet<&PackageId> = meta
+        .packages
+        .iter()
+        .filter(|p| p.targets.iter().any(|t| t.is_proc_macro()))
+        .map(|p| &p.id)
+        .collect();
+    let members = meta.workspace_packages();
+    let mut todo = Vec::new();
+    for name in roots {
+        let member = members.iter().find(|p| p.name == *name);
+        let member = member.with_context(|| format!("the workspace has no crate {name}"))?;
+        todo.push(&member.id);
     }
-
-    fn member(&self, name: &str) -> Result<&'a PackageId> {
-        self.members
-            .iter()
-            .find(|p| p.name == name)
-            .map(|p| &p.id)
-            .with_context(|| format!("the workspace has no crate {name}"))
-    }
-
-    fn is_proc_macro(&self, id: &PackageId) -> bool {
-        self.packages
-            .get(id)
-            .is_some_and(|p| p.targets.iter().any(|t| t.is_proc_macro()))
-    }
-
-    /// What `roots` reach; `linked`: only what ends up in their binaries (normal
-    /// dependencies, not into procedural macros, which run in the compiler).
-    fn reach(&self, roots: &[&'a PackageId], linked: bool) -> BTreeSet<&'a PackageId> {
-        let mut seen = BTreeSet::new();
-        let mut todo = roots.to_vec();
-        while let Some(id) = todo.pop() {
-            if (linked && self.is_proc_macro(id)) || !seen.insert(id) {
-                continue;
-            }
-            for dep in self.nodes.get(id).into_iter().flat_map(|n| &n.deps) {
-                let normal = dep
-                    .dep_kinds
-                    .iter()
-                    .any(|k| k.kind == DependencyKind::Normal);
-                if normal || !linked {
-                    todo.push(&dep.pkg);
-                }
+    let mut seen = BTreeSet::new();
+    while let Some(id) = todo.pop() {
+        if (linked && proc_macros.contains(id)) || !seen.insert(id.clone()) {
+            continue;
+        }
+        for dep in nodes.get(id).into_iter().flat_map(|n| &n.deps) {
+            let normal = dep
+                .dep_kinds
+                .iter()
+                .any(|k| k.kind == DependencyKind::Normal);
+            if normal || !linked {
+                todo.push(&dep.pkg);
             }
         }
-        seen
     }
+    Ok(seen)
 }
 
 /// The crates to cover, sorted by name and version. `all`: metadata for every platform;
 /// `per_target`: for each of [`TARGETS`].
 pub(super) fn dependencies(all: &Metadata, per_target: &[Metadata]) -> Result<Vec<Dep>> {
-    let graph = Graph::new(all)?;
-    let roots = PRODUCTS
-        .iter()
-        .map(|n| graph.member(n))
-        .collect::<Result<Vec<_>>>()?;
     let mut built = BTreeSet::new();
     let mut linked: BTreeMap<PackageId, BTreeSet<&'static str>> = BTreeMap::new();
     for meta in per_target {
-        let g = Graph::new(meta)?;
-        let roots = PRODUCTS
-            .iter()
-            .map(|n| g.member(n))
-            .collect::<Result<Vec<_>>>()?;
-        built.extend(g.reach(&roots, false).into_iter().cloned());
+        built.extend(reach(meta, &PRODUCTS, false)?);
         for package in LINKED {
-            for id in g.reach(&[g.member(package)?], true) {
-                linked.entry(id.clone()).or_default().insert(package);
+            for id in reach(meta, &[package], true)? {
+                linked.entry(id).or_default().insert(package);
             }
         }
     }
+    let vendored = reach(all, &PRODUCTS, false)?;
     let mut deps = Vec::new();
-    for id in graph.reach(&roots, false) {
-        let p = graph
-            .packages
-            .get(id)
-            .with_context(|| format!("cargo metadata: no package {id}"))?;
-        // Path crates (the workspace's own) are not vendored: the hand-written part covers them.
-        if p.source.is_none() {
+    // Path crates (the workspace's own) are not vendored: the hand-written part covers them.
+    for p in &all.packages {
+        if !vendored.contains(&p.id) || p.source.is_none() {
             continue;
         }
-        let usage = match linked.get(id) {
+        let usage = match linked.get(&p.id) {
             Some(packages) => Usage::Linked(packages.iter().copied().collect()),
-            None if built.contains(id) => Usage::Build,
+            None if built.contains(&p.id) => Usage::Build,
             None => Usage::Vendored,
         };
+        let dir = p
+            .manifest_path
+            .parent()
+            .context("a manifest path without parent")?;
+        let mut holders = notices(dir.as_std_path(), p.license_file.as_deref())
+            .with_context(|| format!("crate {} {} ({dir})", p.name, p.version))?;
+        for author in &p.authors {
+            if !holders.contains(author) {
+                holders.push(author.clone());
+            }
+        }
+        if holders.is_empty() {
+            holders.push(format!("the {} authors", p.name));
+        }
         deps.push(Dep {
             name: p.name.to_string(),
             version: p.version.to_string(),
             license: p.license.clone(),
             license_file: p.license_file.as_ref().map(ToString::to_string),
-            authors: p.authors.clone(),
+            holders,
             usage,
-            dir: p
-                .manifest_path
-                .parent()
-                .with_context(|| format!("{}: manifest path {}", p.name, p.manifest_path))?
-                .into(),
         });
     }
     deps.sort_by(|a, b| (&a.name, &a.version).cmp(&(&b.name, &b.version)));
     Ok(deps)
+}
+
+/// The copyright lines of a crate's licence files (LICENSE*, LICENCE*, COPYING*, COPYRIGHT*,
+/// NOTICE*, UNLICENSE* at its top and its `license-file`), in file name order: the notices its
+/// licence says to keep.
+fn notices(dir: &Path, license_file: Option<&Utf8Path>) -> Result<Vec<String>> {
+    let prefixes = [
+        "license",
+        "licence",
+        "copying",
+        "copyright",
+        "notice",
+        "unlicense",
+    ];
+    let mut paths = BTreeSet::new();
+    if dir.is_dir() {
+        for entry in fs::read_dir(dir)? {
+            let path = entry?.path();
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            if path.is_file() && prefixes.iter().any(|p| name.to_lowercase().starts_with(p)) {
+                paths.insert(path);
+            }
+        }
+    }
+    paths.extend(license_file.map(|f| dir.join(f)));
+    let mut found = Vec::new();
+    for path in paths {
+        let text = fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
+        for line in copyright_lines(&text) {
+            if !found.iter().any(|f| f == line) {
+                found.push(line.to_string());
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// The lines of a licence file that are copyright notices, not a template's placeholder
+/// (Apache-2.0's appendix: `Copyright [yyyy] [name of copyright owner]`) or prose.
+fn copyright_lines(text: &str) -> impl Iterator<Item = &str> {
+    text.lines().map(str::trim).filter(|line| {
+        ["Copyright ", "Copyright©", "©"]
+            .iter()
+            .any(|p| line.starts_with(p))
+            && !["Copyright and", "Copyright notice", "Copyright holder"]
+                .iter()
+                .any(|p| line.starts_with(p))
+            && !["[yyyy]", "<year>", "[year]", "{yyyy}"]
+                .iter()
+                .any(|p| line.contains(p))
+    })
 }
 
 #[cfg(test)]
@@ -237,6 +269,16 @@ mod tests {
                 ("windows", &Usage::Vendored),
             ]
         );
-        assert_eq!(deps[0].dir, Path::new("/r/buildscript"));
+        // No licence files, no authors.
+        assert_eq!(deps[0].holders, ["the buildscript authors"]);
+    }
+
+    #[test]
+    fn copyright_lines_are_the_notices_not_templates() {
+        let text = "MIT License\n\nCopyright (c) 2020 A\n  Copyright 2021 B <b@b>\n\
+                    Copyright [yyyy] [name of copyright owner]\nCopyright notice: keep it\n\
+                    (c) You must retain, in the Source form of any Derivative Works\n";
+        let lines: Vec<&str> = copyright_lines(text).collect();
+        assert_eq!(lines, ["Copyright (c) 2020 A", "Copyright 2021 B <b@b>"]);
     }
 }

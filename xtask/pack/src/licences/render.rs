@@ -2,12 +2,11 @@
 //! Rust standard library's, and the standalone License paragraphs, between the generated part's
 //! markers.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use anyhow::{bail, ensure, Context, Result};
 
-use super::texts::{licence_text, notices};
-use super::{dep5, spdx, Dep, LicenceFile, Usage};
+use super::{spdx, Dep, Usage};
 use xtask_base::deb822;
 use xtask_base::paths::PRODUCTS;
 
@@ -32,11 +31,7 @@ fn intro() -> String {
 
 /// `current` (debian/copyright) with the header's identity fields set and the generated part
 /// (between [`BEGIN`] and [`END`], appended if absent) replaced.
-pub(super) fn copyright(
-    current: &str,
-    identity: &Identity,
-    deps: &[(Dep, Vec<LicenceFile>)],
-) -> Result<String> {
+pub(super) fn copyright(current: &str, identity: &Identity, deps: &[Dep]) -> Result<String> {
     let (hand, after) = match current.split_once(BEGIN) {
         Some((hand, rest)) => {
             let Some((_, after)) = rest.split_once(END) else {
@@ -47,18 +42,27 @@ pub(super) fn copyright(
         None => (current, ""),
     };
     let hand = set_header(hand, identity)?;
-    let given = dep5::standalone(&deb822::parse(&hand).context("debian/copyright")?);
-    let generated = block(deps, &given)?;
+    // The short names the hand-written part gives a standalone License paragraph (lintian
+    // compares them case-insensitively): not to be given twice.
+    let given: Vec<String> = deb822::parse(&hand)
+        .context("debian/copyright")?
+        .iter()
+        .skip(1)
+        .filter(|p| !p.has("Files"))
+        .filter_map(|p| p.get("License")?.split_once('\n'))
+        .map(|(name, _)| name.trim().to_lowercase())
+        .collect();
     let mut out = format!(
-        "{}\n\n{BEGIN}\n{}\n{generated}\n{END}\n",
+        "{}\n\n{BEGIN}\n{}\n{}\n{END}\n",
         hand.trim_end(),
-        intro()
+        intro(),
+        block(deps, &given)?
     );
     if !after.is_empty() {
         out.push('\n');
         out.push_str(after);
     }
-    dep5::check(&out).context("the generated debian/copyright")?;
+    deb822::parse(&out).context("the generated debian/copyright")?;
     Ok(out)
 }
 
@@ -97,13 +101,11 @@ fn set_header(hand: &str, identity: &Identity) -> Result<String> {
 
 /// The generated paragraphs. `given`: the short names (lower-cased) that already have a
 /// standalone License paragraph in the hand-written part.
-fn block(deps: &[(Dep, Vec<LicenceFile>)], given: &[String]) -> Result<String> {
+fn block(deps: &[Dep], given: &[String]) -> Result<String> {
     let mut paragraphs = Vec::new();
-    let mut used: BTreeSet<&'static str> = BTreeSet::new();
-    // Crates declaring a licence first, as the place to look for its text.
-    let mut declared_by: BTreeMap<&'static str, Vec<usize>> = BTreeMap::new();
-    for (i, (dep, files)) in deps.iter().enumerate() {
-        let Some(spdx) = &dep.license else {
+    let mut used = BTreeSet::new();
+    for dep in deps {
+        let Some(license) = &dep.license else {
             bail!(
                 "crate {} {} declares no SPDX `license` (license-file: {:?}): \
                  its licence cannot be named in debian/copyright",
@@ -112,43 +114,40 @@ fn block(deps: &[(Dep, Vec<LicenceFile>)], given: &[String]) -> Result<String> {
                 dep.license_file
             );
         };
-        let licence = spdx::to_dep5(spdx)
-            .with_context(|| format!("crate {} {}: licence {spdx:?}", dep.name, dep.version))?;
-        for name in &licence.names {
-            used.insert(name);
-            declared_by.entry(name).or_default().push(i);
-        }
-        paragraphs.push(files_paragraph(dep, files, &licence.expression));
+        let licence = spdx::to_dep5(license)
+            .with_context(|| format!("crate {} {}: licence {license:?}", dep.name, dep.version))?;
+        used.extend(licence.names);
+        paragraphs.push(files_paragraph(dep, &licence.expression));
     }
     let std_licence = spdx::to_dep5(STD_SPDX).context("the standard library's licence")?;
-    used.extend(&std_licence.names);
+    used.extend(std_licence.names);
     paragraphs.push(std_paragraph(&std_licence.expression));
     for name in used {
         if given.contains(&name.to_lowercase()) {
             continue;
         }
-        let first = declared_by.get(name).cloned().unwrap_or_default();
-        let order = first
-            .iter()
-            .copied()
-            .chain((0..deps.len()).filter(|i| !first.contains(i)));
-        let candidates: Vec<&(Dep, Vec<LicenceFile>)> = order.map(|i| &deps[i]).collect();
-        let body = licence_text(name, &candidates)?;
+        // The SPDX texts are mostly not wrapped: a paragraph with a long line is refilled, at
+        // its first line's indentation.
+        let mut body = Vec::new();
+        for lines in spdx::text(name)?.split(String::is_empty) {
+            let first = lines.first().map_or("", String::as_str);
+            let indent = &first[..first.len() - first.trim_start().len()];
+            if !body.is_empty() {
+                body.push(String::new());
+            }
+            if lines.iter().any(|l| l.len() > 80) {
+                let filled = wrap(&lines.join(" "), 80 - indent.len());
+                body.extend(filled.iter().map(|l| format!("{indent}{l}")));
+            } else {
+                body.extend_from_slice(lines);
+            }
+        }
         paragraphs.push(format!("License: {name}{}", deb822::continuation(body)));
     }
     Ok(paragraphs.join("\n\n") + "\n")
 }
 
-fn files_paragraph(dep: &Dep, files: &[LicenceFile], expression: &str) -> String {
-    let mut holders = notices(files);
-    for author in &dep.authors {
-        if !holders.contains(author) {
-            holders.push(author.clone());
-        }
-    }
-    if holders.is_empty() {
-        holders.push(format!("the {} authors", dep.name));
-    }
+fn files_paragraph(dep: &Dep, expression: &str) -> String {
     let comment = match &dep.usage {
         Usage::Linked(packages) => format!(
             "Statically linked into the binary package{} {}, and so into the single \
@@ -167,7 +166,7 @@ fn files_paragraph(dep: &Dep, files: &[LicenceFile], expression: &str) -> String
         "Files: vendor/{}-{}/*\n{}\nLicense: {expression}\n{}",
         dep.name,
         dep.version,
-        field("Copyright", &holders),
+        field("Copyright", &dep.holders),
         field("Comment", &wrap(&comment, 78)),
     )
 }
@@ -224,10 +223,7 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
-
     use super::*;
-    use crate::licences::fixtures::{files, ISC_FILE};
 
     fn dep(name: &str, version: &str, license: &str, usage: Usage) -> Dep {
         Dep {
@@ -235,14 +231,10 @@ mod tests {
             version: version.into(),
             license: Some(license.into()),
             license_file: None,
-            authors: vec![format!("{name} author")],
+            holders: vec![format!("{name} author")],
             usage,
-            dir: PathBuf::new(),
         }
     }
-
-    /// The standard library's Unicode-3.0 needs its text from some crate.
-    const UNICODE_FILE: &str = "UNICODE LICENSE V3\n\nPermission is hereby granted.\n";
 
     const HAND: &str = "\
 Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
@@ -267,17 +259,10 @@ License: Expat
 
     #[test]
     fn paragraphs_per_crate_then_std_then_licence_texts() {
-        let deps = vec![
-            (dep("b", "2.0.0", "ISC", Usage::Build), files(&[ISC_FILE])),
-            (
-                dep(
-                    "a",
-                    "1.0.0",
-                    "MIT OR Apache-2.0",
-                    Usage::Linked(vec!["libgdrapi"]),
-                ),
-                files(&[UNICODE_FILE]),
-            ),
+        let linked = Usage::Linked(vec!["libgdrapi"]);
+        let deps = [
+            dep("b", "2.0.0", "ISC", Usage::Build),
+            dep("a", "1.0.0", "MIT OR Apache-2.0", linked),
         ];
         let out = copyright(HAND, &identity(), &deps).unwrap();
         assert!(out.starts_with(
@@ -287,23 +272,27 @@ License: Expat
              Source: https://github.com/x/y\n"
         ));
         assert!(out.contains(
-            "Files: vendor/b-2.0.0/*\nCopyright: Copyright (c) 2015, Someone\n b author\n\
-             License: ISC\nComment: Built, not shipped"
+            "Files: vendor/b-2.0.0/*\nCopyright: b author\nLicense: ISC\nComment: Built, not shipped"
         ));
         assert!(out.contains(
             "Files: vendor/a-1.0.0/*\nCopyright: a author\nLicense: Expat or Apache-2.0\n\
              Comment: Statically linked into the binary package libgdrapi, and so"
         ));
-        assert!(out.contains("License: ISC\n Permission to use, copy, modify"));
-        assert!(out.contains("License: Unicode-3.0\n UNICODE LICENSE V3\n .\n Permission"));
-        // Tabs expanded (lintian: tab-in-license-text).
-        assert!(out.contains(" .\n         THE SOFTWARE IS PROVIDED \"AS IS\".\n"));
-        assert!(out.contains("License: Apache-2.0\n Licensed under the Apache License"));
+        assert!(out.contains("Files: rust-std/*\n"));
+        // The SPDX texts, long lines wrapped.
+        assert!(out.contains("License: ISC\n ISC License\n .\n Permission to use, copy, modify"));
+        assert!(out.contains("License: Unicode-3.0\n UNICODE LICENSE V3\n .\n COPYRIGHT AND"));
+        assert!(out.lines().all(|l| l.len() <= 90), "{out}");
+        assert!(out.contains("License: Apache-2.0\n On Debian systems, the complete text of"));
         assert!(out.contains("/usr/share/common-licenses/Apache-2.0"));
-        // Expat's text is the hand-written part's; nothing else gives it twice.
-        assert_eq!(out.matches("License: Expat\n ").count(), 1, "{out}");
-        assert_eq!(out.matches("\nLicense: ISC\n ").count(), 1, "{out}");
-        dep5::check(&out).unwrap();
+        // Each short name's text once; Expat's is the hand-written part's.
+        for name in ["Expat", "ISC", "Apache-2.0", "Unicode-3.0"] {
+            assert_eq!(
+                out.matches(&format!("\nLicense: {name}\n ")).count(),
+                1,
+                "{out}"
+            );
+        }
         // Regenerating changes nothing.
         assert_eq!(copyright(&out, &identity(), &deps).unwrap(), out);
     }
@@ -311,15 +300,8 @@ License: Expat
     #[test]
     fn a_dependency_change_makes_the_copyright_stale() {
         let with = |version: &str| {
-            vec![(
-                dep(
-                    "libloading",
-                    version,
-                    "ISC",
-                    Usage::Linked(vec!["libgdrapi"]),
-                ),
-                files(&[ISC_FILE, UNICODE_FILE]),
-            )]
+            let linked = Usage::Linked(vec!["libgdrapi"]);
+            [dep("libloading", version, "ISC", linked)]
         };
         let old = copyright(HAND, &identity(), &with("0.9.1")).unwrap();
         let new = copyright(&old, &identity(), &with("0.8.9")).unwrap();
@@ -330,26 +312,13 @@ License: Expat
     }
 
     #[test]
-    fn unmappable_licences_and_missing_texts_name_the_crate() {
-        let fail = |d: Dep, f: Vec<LicenceFile>| {
-            format!("{:#}", copyright(HAND, &identity(), &[(d, f)]).unwrap_err())
-        };
-        let e = fail(dep("odd", "1.2.3", "WTFPL", Usage::Build), files(&[]));
+    fn unmappable_or_undeclared_licences_name_the_crate() {
+        let fail = |d: Dep| format!("{:#}", copyright(HAND, &identity(), &[d]).unwrap_err());
+        let e = fail(dep("odd", "1.2.3", "WTFPL", Usage::Build));
         assert!(e.contains("odd 1.2.3") && e.contains("WTFPL"), "{e}");
         let mut unlicensed = dep("nolicence", "0.1.0", "MIT", Usage::Build);
         unlicensed.license = None;
-        let e = fail(unlicensed, files(&[]));
+        let e = fail(unlicensed);
         assert!(e.contains("nolicence 0.1.0"), "{e}");
-        let e = fail(
-            dep("notext", "0.2.0", "ISC", Usage::Build),
-            files(&["MIT\n"]),
-        );
-        assert!(e.contains("ISC") && e.contains("notext 0.2.0"), "{e}");
-        // The standard library's Unicode-3.0 needs a text too.
-        let e = fail(dep("x", "1.0.0", "MIT", Usage::Build), files(&[]));
-        assert!(
-            e.contains("Unicode-3.0") && e.contains("standard library"),
-            "{e}"
-        );
     }
 }

@@ -1,35 +1,36 @@
 //! A crate's SPDX licence expression (Cargo.toml `license`) in DEP-5 syntax with Debian's short
-//! names: `MIT OR Apache-2.0` is `Expat or Apache-2.0`. Anything not in the table fails: a
-//! licence nobody has looked at must not slip into the copyright file under a guessed name.
+//! names (`MIT OR Apache-2.0` is `Expat or Apache-2.0`), and each short name's text. Anything not
+//! in [`LICENCES`] fails: a licence nobody has looked at must not slip into the copyright file.
 
-use anyhow::{bail, ensure, Result};
+use anyhow::{bail, ensure, Context, Result};
 use spdx::expression::{ExprNode, Operator};
-use spdx::{Expression, LicenseReq, ParseMode};
+use spdx::{Expression, ParseMode};
 
-/// SPDX identifier (with its exception, if any) to DEP-5 short name. Debian's names where
-/// copyright-format 1.0 has one (Expat, BSD-n-clause, GPL-2), SPDX's otherwise.
-const SHORT_NAMES: &[(&str, Option<&str>, &str)] = &[
-    ("MIT", None, "Expat"),
-    ("Apache-2.0", None, "Apache-2.0"),
+/// SPDX licence (with its exception, if any), DEP-5 short name (Debian's where copyright-format
+/// 1.0 has one, SPDX's otherwise), and the file in /usr/share/common-licenses if Debian ships the
+/// text; the SPDX licence list's text is reproduced otherwise.
+const LICENCES: &[(&str, &str, Option<&str>)] = &[
+    ("MIT", "Expat", None),
+    ("Apache-2.0", "Apache-2.0", Some("Apache-2.0")),
     (
-        "Apache-2.0",
-        Some("LLVM-exception"),
+        "Apache-2.0 WITH LLVM-exception",
         "Apache-2.0 with LLVM exception",
+        Some("Apache-2.0"),
     ),
-    ("ISC", None, "ISC"),
-    ("BSD-2-Clause", None, "BSD-2-clause"),
-    ("BSD-3-Clause", None, "BSD-3-clause"),
-    ("Zlib", None, "Zlib"),
-    ("BSL-1.0", None, "BSL-1.0"),
-    ("0BSD", None, "0BSD"),
-    ("MPL-2.0", None, "MPL-2.0"),
-    ("CC0-1.0", None, "CC0-1.0"),
-    ("Unicode-3.0", None, "Unicode-3.0"),
-    ("Unicode-DFS-2016", None, "Unicode-DFS-2016"),
-    ("Unlicense", None, "Unlicense"),
-    ("GPL-2.0", None, "GPL-2"),
-    ("GPL-2.0-only", None, "GPL-2"),
-    ("GPL-2.0-or-later", None, "GPL-2+"),
+    ("ISC", "ISC", None),
+    ("BSD-2-Clause", "BSD-2-clause", None),
+    ("BSD-3-Clause", "BSD-3-clause", None),
+    ("Zlib", "Zlib", None),
+    ("BSL-1.0", "BSL-1.0", None),
+    ("0BSD", "0BSD", None),
+    ("MPL-2.0", "MPL-2.0", Some("MPL-2.0")),
+    ("CC0-1.0", "CC0-1.0", Some("CC0-1.0")),
+    ("Unicode-3.0", "Unicode-3.0", None),
+    ("Unicode-DFS-2016", "Unicode-DFS-2016", None),
+    ("Unlicense", "Unlicense", None),
+    ("GPL-2.0-only", "GPL-2", Some("GPL-2")),
+    ("GPL-2.0", "GPL-2", Some("GPL-2")),
+    ("GPL-2.0-or-later", "GPL-2+", Some("GPL-2")),
 ];
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,9 +65,17 @@ pub fn to_dep5(spdx: &str) -> Result<Dep5> {
     // The expression is in postfix order: rebuild the tree, an operator's operands of the same
     // operator merged (`(A OR B) OR C` is `A OR B OR C`).
     let mut stack = Vec::new();
+    let mut names = Vec::new();
     for node in parsed.iter() {
         let expr = match node {
-            ExprNode::Req(req) => Expr::Licence(short_name(&req.req)?),
+            ExprNode::Req(req) => {
+                let req = req.req.to_string();
+                let Some((_, short, _)) = LICENCES.iter().find(|(id, _, _)| *id == req) else {
+                    bail!("no DEP-5 name for licence {req}");
+                };
+                names.push(*short);
+                Expr::Licence(short)
+            }
             ExprNode::Op(op) => {
                 let (Some(right), Some(left)) = (stack.pop(), stack.pop()) else {
                     bail!("{spdx}: an operator without operands");
@@ -87,29 +96,14 @@ pub fn to_dep5(spdx: &str) -> Result<Dep5> {
     let (Some(expr), None) = (stack.pop(), stack.pop()) else {
         bail!("{spdx}: not one expression");
     };
-    let mut names = Vec::new();
-    expr.names(&mut names);
     names.sort_unstable();
     names.dedup();
     Ok(Dep5 {
-        expression: expr.render_top()?,
+        expression: expr.render(true)?,
         names,
     })
 }
 
-fn short_name(req: &LicenseReq) -> Result<&'static str> {
-    let id = req.license.to_string();
-    let exception = req.addition.as_ref().map(ToString::to_string);
-    match SHORT_NAMES
-        .iter()
-        .find(|(i, e, _)| *i == id && *e == exception.as_deref())
-    {
-        Some((_, _, short)) => Ok(short),
-        None => bail!("no DEP-5 name for licence {req}"),
-    }
-}
-
-#[derive(Debug, PartialEq, Eq)]
 enum Expr {
     Licence(&'static str),
     And(Vec<Expr>),
@@ -117,55 +111,71 @@ enum Expr {
 }
 
 impl Expr {
-    fn names(&self, out: &mut Vec<&'static str>) {
-        match self {
-            Expr::Licence(name) => out.push(name),
-            Expr::And(terms) | Expr::Or(terms) => terms.iter().for_each(|t| t.names(out)),
-        }
-    }
-
-    /// DEP-5: `and` binds tighter than `or`, and a comma ends an `or` group:
-    /// `A or B, and C` is (A or B) and C. Nothing else can be grouped.
-    fn render_top(&self) -> Result<String> {
-        let Expr::And(terms) = self else {
-            return self.render();
+    /// DEP-5: `and` binds tighter than `or`, and a comma ends an `or` group: `A or B, and C`
+    /// is (A or B) and C, at the `top` only. Nothing else can be grouped.
+    fn render(&self, top: bool) -> Result<String> {
+        let join = |terms: &[&Expr], sep| -> Result<String> {
+            let terms = terms.iter().map(|t| t.render(false));
+            Ok(terms.collect::<Result<Vec<_>>>()?.join(sep))
         };
-        let (ors, rest): (Vec<&Expr>, Vec<&Expr>) =
-            terms.iter().partition(|t| matches!(t, Expr::Or(_)));
-        match ors.as_slice() {
-            [] => self.render(),
-            [or] => {
-                let rest = rest
-                    .iter()
-                    .map(|t| t.render())
-                    .collect::<Result<Vec<_>>>()?;
-                Ok(format!("{}, and {}", or.render()?, rest.join(" and ")))
-            }
-            _ => bail!("more than one OR group under AND: DEP-5 syntax cannot express it"),
-        }
-    }
-
-    fn render(&self) -> Result<String> {
         match self {
             Expr::Licence(name) => Ok(name.to_string()),
-            Expr::Or(terms) => Ok(terms
-                .iter()
-                .map(Expr::render)
-                .collect::<Result<Vec<_>>>()?
-                .join(" or ")),
+            Expr::Or(terms) => join(&terms.iter().collect::<Vec<_>>(), " or "),
             Expr::And(terms) => {
-                ensure!(
-                    terms.iter().all(|t| matches!(t, Expr::Licence(_))),
-                    "an OR group nested under AND under OR: DEP-5 syntax cannot express it"
-                );
-                Ok(terms
-                    .iter()
-                    .map(Expr::render)
-                    .collect::<Result<Vec<_>>>()?
-                    .join(" and "))
+                let (ors, rest): (Vec<&Expr>, Vec<&Expr>) =
+                    terms.iter().partition(|t| matches!(t, Expr::Or(_)));
+                match ors.as_slice() {
+                    [] => join(&rest, " and "),
+                    [or] if top => Ok(format!(
+                        "{}, and {}",
+                        or.render(false)?,
+                        join(&rest, " and ")?
+                    )),
+                    _ => bail!("OR groups under AND: DEP-5 syntax cannot express it"),
+                }
             }
         }
     }
+}
+
+/// The text of short name `short`'s standalone License paragraph: Debian's usual pointer to
+/// /usr/share/common-licenses for a licence Debian ships, the SPDX licence list's text
+/// otherwise, with its template copyright line (`Copyright (c) <year> <owner>`) left out.
+pub fn text(short: &str) -> Result<Vec<String>> {
+    let (spdx, _, common) = LICENCES
+        .iter()
+        .find(|(_, s, _)| *s == short)
+        .with_context(|| format!("no licence {short}"))?;
+    let (id, exception) = match spdx.split_once(" WITH ") {
+        Some((id, exception)) => (id, Some(exception)),
+        None => (*spdx, None),
+    };
+    let licence = spdx::license_id(id).with_context(|| format!("no SPDX licence {id}"))?;
+    let mut text = match common {
+        Some(file) => format!(
+            "On Debian systems, the complete text of the {} can be found in \
+             /usr/share/common-licenses/{file}.",
+            licence.full_name
+        ),
+        None => licence.text().to_string(),
+    };
+    if let Some(e) = exception {
+        let exception = spdx::exception_id(e).with_context(|| format!("no SPDX exception {e}"))?;
+        text = format!("{text}\n\n{}", exception.text());
+    }
+    let template =
+        |l: &str| l.starts_with("Copyright") && (l.contains("<year>") || l.contains("YEAR"));
+    let mut lines: Vec<String> = Vec::new();
+    for line in text.lines().map(str::trim_end).filter(|l| !template(l)) {
+        // Blank lines squeezed: the template line leaves two.
+        if !(line.is_empty() && lines.last().is_none_or(String::is_empty)) {
+            lines.push(line.to_string());
+        }
+    }
+    if lines.last().is_some_and(String::is_empty) {
+        lines.pop();
+    }
+    Ok(lines)
 }
 
 #[cfg(test)]
@@ -179,32 +189,16 @@ mod tests {
         }
     }
 
+    /// Every key of the table parses (strict SPDX, deprecated GNU forms) to itself; the short
+    /// names Debian spells differently are asserted in the other tests.
     #[test]
     fn single_licences_take_debian_short_names() {
-        for (spdx, short) in [
-            ("MIT", "Expat"),
-            ("Apache-2.0", "Apache-2.0"),
-            ("ISC", "ISC"),
-            ("BSD-2-Clause", "BSD-2-clause"),
-            ("BSD-3-Clause", "BSD-3-clause"),
-            ("Zlib", "Zlib"),
-            ("BSL-1.0", "BSL-1.0"),
-            ("0BSD", "0BSD"),
-            ("MPL-2.0", "MPL-2.0"),
-            ("CC0-1.0", "CC0-1.0"),
-            ("Unicode-3.0", "Unicode-3.0"),
-            ("Unicode-DFS-2016", "Unicode-DFS-2016"),
-            ("Unlicense", "Unlicense"),
-            ("GPL-2.0-only", "GPL-2"),
-            ("GPL-2.0-or-later", "GPL-2+"),
-            (
-                "Apache-2.0 WITH LLVM-exception",
-                "Apache-2.0 with LLVM exception",
-            ),
-        ] {
-            assert_eq!(dep5(spdx), short, "{spdx}");
-            assert_eq!(to_dep5(spdx).unwrap().names, [short], "{spdx}");
+        for (spdx, short, _) in LICENCES {
+            assert_eq!(dep5(spdx), *short, "{spdx}");
+            assert_eq!(to_dep5(spdx).unwrap().names, [*short], "{spdx}");
         }
+        assert_eq!(dep5("BSD-2-Clause"), "BSD-2-clause");
+        assert_eq!(dep5("GPL-2.0-only"), "GPL-2");
     }
 
     #[test]
@@ -255,6 +249,7 @@ mod tests {
             "LicenseRef-proprietary",
             "GPL-3.0-only",
             "mit",
+            "MIT+",
             "MIT WITH Classpath-exception-2.0",
             "Apache-2.0 WITH",
             "MIT OR",
@@ -269,5 +264,24 @@ mod tests {
         }
         let e = to_dep5("MIT OR WTFPL").unwrap_err();
         assert!(format!("{e:#}").contains("WTFPL"), "{e:#}");
+    }
+
+    #[test]
+    fn every_licence_has_a_text() {
+        for (_, short, common) in LICENCES {
+            let text = text(short).unwrap().join("\n");
+            assert!(
+                !text.contains("<year>") && !text.contains("\n\n\n"),
+                "{text}"
+            );
+            let pointer = text.contains("/usr/share/common-licenses/");
+            assert_eq!(pointer, common.is_some(), "{short}: {text}");
+        }
+        let expat = text("Expat").unwrap();
+        assert_eq!(expat[..2], ["MIT License", ""]);
+        assert!(expat[2].starts_with("Permission is hereby granted, free of charge"));
+        let llvm = text("Apache-2.0 with LLVM exception").unwrap().join("\n");
+        assert!(llvm.starts_with("On Debian systems, the complete text of the Apache License"));
+        assert!(llvm.contains("Sections 4(a), 4(b) and 4(d)"), "{llvm}");
     }
 }
