@@ -83,7 +83,7 @@ pub fn test_steps(vm: bool) -> Vec<Step<'static>> {
         ),
         (
             "packages: build-all stages every package tree (make build)",
-            Box::new(xtask_pack::stage::build_all_test_step),
+            Box::new(build_all_test_step),
         ),
         (
             "packages: lintian on every .deb",
@@ -137,6 +137,23 @@ pub fn cli(args: Args) -> Result<()> {
     }
     if !args.no_install && !args.upgrade.no_upgrade {
         upgrade::test(&sh, &debs)?;
+    }
+    Ok(())
+}
+
+/// What `cargo xtask build-all` (the old `make build`) must leave: every package's tree
+/// staged, with its `DEBIAN/` and the documentation every package carries.
+fn build_all_test_step(sh: &Shell) -> Result<()> {
+    let trees = stage::stage_all(sh, &Package::SPLIT)?;
+    ensure!(trees.len() == Package::SPLIT.len(), "staged {trees:?}");
+    for (tree, package) in trees.iter().zip(Package::SPLIT) {
+        let doc = tree.join("usr/share/doc").join(package.deb_name());
+        ensure!(
+            *tree == package.tree() && tree.join("DEBIAN").is_dir() && doc.is_dir(),
+            "build-all did not stage {} (with DEBIAN/ and {})",
+            package.tree().display(),
+            doc.display()
+        );
     }
     Ok(())
 }

@@ -13,7 +13,7 @@ use xtask_base::files::lock;
 use xtask_base::paths;
 use xtask_base::workspace::Workspace;
 
-use crate::debhelper::{self, Flavour, Scope};
+use crate::debhelper;
 
 /// The packages `cargo xtask deb-*` builds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,17 +108,6 @@ pub fn host_arch() -> Result<Arch> {
     }
 }
 
-/// The architecture the packages of `ws` are built for: its cross target, else the machine's.
-pub fn package_arch(ws: &Workspace) -> Result<Arch> {
-    match ws.target {
-        Some(t) => Ok(Arch {
-            debian: t.debian,
-            multiarch: t.multiarch,
-        }),
-        None => host_arch(),
-    }
-}
-
 /// `cargo xtask build-<package>`.
 pub fn cli(packages: &[Package]) -> Result<()> {
     let sh = Shell::new()?;
@@ -133,64 +122,8 @@ pub fn cli(packages: &[Package]) -> Result<()> {
 pub fn stage_all(sh: &Shell, packages: &[Package]) -> Result<Vec<PathBuf>> {
     let ws = Workspace::load()?;
     let _lock = lock()?;
-    if packages.len() == 1 || packages.contains(&Package::Bundle) {
-        return packages.iter().map(|&p| stage(sh, &ws, p)).collect();
-    }
-    // Several split packages: one dpkg-buildpackage run makes them all.
-    debhelper::run(sh, &ws, Flavour::Split, Scope::All)?;
-    for &package in packages {
-        copy_trees(Flavour::Split, package)?;
-    }
+    debhelper::run(sh, &ws, packages)?;
     Ok(packages.iter().map(|p| p.tree()).collect())
-}
-
-/// The test step of `cargo xtask build-all` (the old `make build`): every package's tree is
-/// staged, with its `DEBIAN/` (the control file itself is written by deb.rs, last) and the
-/// documentation every package carries.
-pub fn build_all_test_step(sh: &Shell) -> Result<()> {
-    let trees = stage_all(sh, &Package::SPLIT)?;
-    anyhow::ensure!(trees.len() == Package::SPLIT.len(), "staged {trees:?}");
-    for (tree, package) in trees.iter().zip(Package::SPLIT) {
-        let doc = tree.join("usr/share/doc").join(package.deb_name());
-        anyhow::ensure!(
-            *tree == package.tree() && tree.join("DEBIAN").is_dir() && doc.is_dir(),
-            "build-all did not stage {} (with DEBIAN/ and {})",
-            package.tree().display(),
-            doc.display()
-        );
-    }
-    Ok(())
-}
-
-/// Stages `package` (building what it needs) and returns its tree. Callers hold [`lock`].
-pub fn stage(sh: &Shell, ws: &Workspace, package: Package) -> Result<PathBuf> {
-    let (flavour, scope) = debhelper::plan(package);
-    debhelper::run(sh, ws, flavour, scope)?;
-    copy_trees(flavour, package)?;
-    Ok(package.tree())
-}
-
-/// Copies the package's tree and its debug symbols' (where it has any) out of the tree
-/// dpkg-buildpackage ran in.
-pub fn copy_trees(flavour: Flavour, package: Package) -> Result<()> {
-    let debian = flavour.source_dir().join("debian");
-    let name = package.deb_name();
-    let pairs = [
-        (debian.join(name), package.tree()),
-        (
-            debian.join(".debhelper").join(name).join("dbgsym-root"),
-            package.dbgsym_tree(),
-        ),
-    ];
-    for (from, to) in pairs {
-        if to.exists() {
-            std::fs::remove_dir_all(&to).with_context(|| format!("removing {}", to.display()))?;
-        }
-        if from.exists() {
-            xtask_base::files::copy_path(&from, &to)?;
-        }
-    }
-    Ok(())
 }
 
 /// Where mtgdrdrv-dkms installs debian/scripts/mtgdrdrv-load, which decides whether mtgdrdrv
