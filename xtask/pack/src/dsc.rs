@@ -22,9 +22,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{ensure, Context, Result};
 use xshell::{cmd, Shell};
 
-use xtask_base::debian::{self, Control};
 use xtask_base::workspace::Workspace;
-use xtask_base::{chroot, files, paths};
+use xtask_base::{chroot, deb822, files, paths};
 
 use crate::deb;
 
@@ -76,12 +75,24 @@ pub fn cli() -> Result<()> {
 pub fn build(sh: &Shell) -> Result<SourcePackage> {
     xtask_base::host::ensure_host_packages(&["dpkg-dev", "xz-utils"])?;
     let ws = Workspace::load()?;
-    let control = Control::load()?;
-    let name = control.source_name().to_owned();
-    let changelog = fs::read_to_string(paths::root().join("debian/changelog"))?;
-    let version = debian::changelog_version(&changelog)
-        .context("debian/changelog has no version")?
-        .to_owned();
+    // The newest entry of debian/changelog: the name and version of the source package, and
+    // SOURCE_DATE_EPOCH as dpkg-buildpackage and dpkg-source set it (its date).
+    let changelog = paths::root().join("debian/changelog");
+    let entry = cmd!(sh, "dpkg-parsechangelog -l {changelog}")
+        .quiet()
+        .read()
+        .context("dpkg-parsechangelog (package dpkg-dev) failed on debian/changelog")?;
+    let entry = deb822::parse(&entry)?
+        .into_iter()
+        .next()
+        .context("dpkg-parsechangelog printed no entry")?;
+    let field = |name: &str| {
+        entry
+            .get(name)
+            .map(str::to_owned)
+            .with_context(|| format!("debian/changelog: no {name}"))
+    };
+    let (name, version, epoch) = (field("Source")?, field("Version")?, field("Timestamp")?);
     let (upstream, _) = version
         .rsplit_once('-')
         .with_context(|| format!("debian/changelog: {version} has no Debian revision"))?;
@@ -98,31 +109,18 @@ pub fn build(sh: &Shell) -> Result<SourcePackage> {
     product_workspace(sh, &dir)?;
     vendor(sh, &dir)?;
 
-    let epoch = deb::source_date_epoch(sh)?;
     let orig = out.join(format!("{name}_{upstream}.orig.tar.xz"));
     let top = dir
         .file_name()
         .context("the source directory has no name")?
         .to_owned();
-    let tar = cmd!(
+    cmd!(
         sh,
-        "tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@{epoch} --format=gnu -C {out} -cf - {top}"
+        "tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@{epoch} --format=gnu -I 'xz -6 -T1' -C {out} -cf {orig} {top}"
     )
     .quiet()
-    .output()
+    .run()
     .context("tar of the orig tarball")?;
-    ensure!(
-        tar.status.success(),
-        "tar failed: {}",
-        String::from_utf8_lossy(&tar.stderr)
-    );
-    let xz = cmd!(sh, "xz -6 -T1 -c")
-        .stdin(tar.stdout)
-        .quiet()
-        .output()
-        .context("xz of the orig tarball")?;
-    ensure!(xz.status.success(), "xz failed");
-    fs::write(&orig, xz.stdout).with_context(|| format!("writing {}", orig.display()))?;
 
     // debian/ joins the unpacked tree; dpkg-source makes the .debian.tar.xz and the .dsc.
     for file in tracked(sh, "debian")? {
@@ -131,8 +129,8 @@ pub fn build(sh: &Shell) -> Result<SourcePackage> {
     {
         let _cwd = sh.push_dir(&out);
         let top = top.clone();
+        // dpkg-source sets SOURCE_DATE_EPOCH from debian/changelog itself.
         cmd!(sh, "dpkg-source --build {top}")
-            .env("SOURCE_DATE_EPOCH", &epoch)
             .quiet()
             .ignore_stdout()
             .run()
@@ -196,31 +194,19 @@ fn copy_file(from: &Path, to: &Path) -> Result<()> {
 /// The workspace manifest with only the product crates, and the lock file pruned to them.
 fn product_workspace(sh: &Shell, dir: &Path) -> Result<()> {
     let manifest = dir.join("Cargo.toml");
-    let text = fs::read_to_string(&manifest)?;
+    let mut doc: toml_edit::DocumentMut = fs::read_to_string(&manifest)?
+        .parse()
+        .context("parsing Cargo.toml")?;
     // The orig tarball's workspace has only the crates that build the packages.
-    let members = paths::PRODUCTS
-        .iter()
-        .map(|m| format!("\"{m}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let mut replaced = 0;
-    let edited: String = text
-        .lines()
-        .map(|line| {
-            let key = line.split('=').next().unwrap_or_default().trim();
-            if key == "members" || key == "default-members" {
-                replaced += 1;
-                format!("{key} = [{members}]\n")
-            } else {
-                format!("{line}\n")
-            }
-        })
-        .collect();
-    ensure!(
-        replaced == 2,
-        "Cargo.toml: expected one `members` and one `default-members` line, found {replaced}"
-    );
-    files::put_text(&manifest, &edited, 0o644)?;
+    let members = toml_edit::value(toml_edit::Array::from_iter(paths::PRODUCTS));
+    for key in ["members", "default-members"] {
+        ensure!(
+            doc["workspace"].get(key).is_some(),
+            "Cargo.toml: no workspace {key}"
+        );
+        doc["workspace"][key] = members.clone();
+    }
+    files::put_text(&manifest, &doc.to_string(), 0o644)?;
     let original = lock_entries(&fs::read_to_string(paths::root().join("Cargo.lock"))?);
     // cargo drops the lock file's entries that no member needs; nothing else changes offline.
     cmd!(
