@@ -44,10 +44,6 @@ impl Control {
         Ok(Control { source, binaries })
     }
 
-    pub fn source_name(&self) -> &str {
-        self.source.get("Source").unwrap_or_default()
-    }
-
     pub fn binary(&self, package: &str) -> Result<&Paragraph> {
         self.binaries
             .iter()
@@ -77,36 +73,22 @@ pub fn revision() -> Result<String> {
     Ok(revision.to_owned())
 }
 
-/// `${<package>:NextMajor}`: the lowest version of the next major, `2~` for 1.x (`~` sorts
-/// before any release of it).
-pub fn next_major(version: &str) -> Result<String> {
-    let major: u32 = version
-        .split('.')
-        .next()
-        .and_then(|m| m.parse().ok())
-        .with_context(|| format!("no major version in {version}"))?;
-    Ok(format!("{}~", major + 1))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn versions_from_changelogs() -> Result<()> {
+    fn versions_from_changelogs() {
         assert_eq!(
             changelog_version("mtgdrcopy (1.0.0-1) unstable; urgency=medium\n"),
             Some("1.0.0-1")
         );
-        assert_eq!(next_major("1.4.2")?, "2~");
-        assert_eq!(next_major("0.1.0")?, "1~");
-        Ok(())
     }
 
     #[test]
     fn the_real_control_file_parses() -> Result<()> {
         let control = Control::load()?;
-        assert_eq!(control.source_name(), "mtgdrcopy");
+        assert_eq!(control.source.get("Source"), Some("mtgdrcopy"));
         for package in ["mtgdrdrv-dkms", "libgdrapi", "mtgdrcopy-tests", "mtgdrcopy"] {
             control.binary(package)?;
         }

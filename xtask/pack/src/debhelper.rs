@@ -39,7 +39,7 @@ const INPUTS: &[&str] = &[
 
 /// Runs the dpkg-buildpackage run that makes `packages`: the bundle's own (the bundle is built
 /// alone), else the split one, architecture-independent only (`-A`) when all of them are.
-/// Copies their trees to build/pkg/ and returns the .debs it made (sorted). Callers hold
+/// Copies their trees to build/pkg/ and returns the .debs it made. Callers hold
 /// `files::lock()`.
 pub fn run(sh: &Shell, ws: &Workspace, packages: &[Package]) -> Result<Vec<PathBuf>> {
     let bundle = packages.contains(&Package::Bundle);
@@ -128,31 +128,18 @@ pub fn run(sh: &Shell, ws: &Workspace, packages: &[Package]) -> Result<Vec<PathB
             }
         }
     }
-    produced(&out)
+    // The .debs, which deb.rs picks by name (`out` is made fresh for each run).
+    let mut debs = Vec::new();
+    for entry in fs::read_dir(&out).with_context(|| format!("reading {}", out.display()))? {
+        debs.extend(Some(entry?.path()).filter(|p| p.extension().is_some_and(|e| e == "deb")));
+    }
+    Ok(debs)
 }
 
 /// The last `n` lines of `text`.
 fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
-/// The .debs in `out` (made fresh for each run), sorted.
-fn produced(out: &Path) -> Result<Vec<PathBuf>> {
-    let mut debs = Vec::new();
-    for entry in fs::read_dir(out).with_context(|| format!("reading {}", out.display()))? {
-        let path = entry?.path();
-        if path.extension().is_some_and(|e| e == "deb") {
-            debs.push(path);
-        }
-    }
-    debs.sort();
-    ensure!(
-        !debs.is_empty(),
-        "dpkg-buildpackage made no .deb in {}",
-        out.display()
-    );
-    Ok(debs)
 }
 
 /// Turns the copy's debian/ into the single-package build's: one binary package `mtgdrcopy`

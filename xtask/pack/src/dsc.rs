@@ -105,7 +105,7 @@ pub fn build(sh: &Shell) -> Result<SourcePackage> {
     let out = paths::build_dir().join("source");
     files::fresh_dir(&out)?;
     let dir = out.join(format!("{name}-{upstream}"));
-    copy_tracked(sh, &dir, LEFT_OUT)?;
+    copy_tracked(sh, &dir, ".", LEFT_OUT)?;
     product_workspace(sh, &dir)?;
     vendor(sh, &dir)?;
 
@@ -123,9 +123,7 @@ pub fn build(sh: &Shell) -> Result<SourcePackage> {
     .context("tar of the orig tarball")?;
 
     // debian/ joins the unpacked tree; dpkg-source makes the .debian.tar.xz and the .dsc.
-    for file in tracked(sh, "debian")? {
-        copy_file(&paths::root().join(&file), &dir.join(&file))?;
-    }
+    copy_tracked(sh, &dir, "debian", &[])?;
     {
         let _cwd = sh.push_dir(&out);
         let top = top.clone();
@@ -148,47 +146,31 @@ pub fn build(sh: &Shell) -> Result<SourcePackage> {
     Ok(source)
 }
 
-/// The paths git tracks under `under` ("." for all), relative to the root.
-fn tracked(sh: &Shell, under: &str) -> Result<Vec<String>> {
-    let _cwd = sh.push_dir(paths::root());
+/// Copies the files git tracks under `under` ("." for all), as they are in the working tree,
+/// into `dir`, but those under the `left_out` prefixes.
+pub fn copy_tracked(sh: &Shell, dir: &Path, under: &str, left_out: &[&str]) -> Result<()> {
+    let root = paths::root();
+    let _cwd = sh.push_dir(&root);
     let list = cmd!(sh, "git ls-files -z -- {under}")
         .quiet()
         .read()
         .context("git ls-files (the source tarball takes the files git tracks)")?;
-    Ok(list
+    let files: Vec<&str> = list
         .split('\0')
-        .filter(|f| !f.is_empty())
-        .map(String::from)
-        .collect())
-}
-
-/// Copies the files git tracks, as they are in the working tree, into `dir`, but those under
-/// the `left_out` prefixes.
-pub fn copy_tracked(sh: &Shell, dir: &Path, left_out: &[&str]) -> Result<()> {
-    let root = paths::root();
-    for file in tracked(sh, ".")? {
-        if left_out.iter().any(|p| file.starts_with(p)) {
-            continue;
-        }
-        let from = root.join(&file);
+        .filter(|f| !f.is_empty() && !left_out.iter().any(|p| f.starts_with(p)))
         // A tracked file deleted in the working tree is not part of what is built.
-        if fs::symlink_metadata(&from).is_err() {
-            continue;
-        }
-        copy_file(&from, &dir.join(&file))?;
-    }
-    Ok(())
-}
-
-fn copy_file(from: &Path, to: &Path) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let mode = fs::metadata(from)
-        .with_context(|| format!("reading {}", from.display()))?
-        .permissions()
-        .mode();
-    // git keeps only whether a file is executable.
-    let mode = if mode & 0o111 != 0 { 0o755 } else { 0o644 };
-    files::put_file(from, to, mode)
+        .filter(|f| fs::symlink_metadata(root.join(f)).is_ok())
+        .collect();
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    cmd!(sh, "cp --parents -t {dir} -- {files...}")
+        .quiet()
+        .run()
+        .context("copying the files git tracks")?;
+    // git keeps only whether a file is executable: 0755 or 0644, whatever the umask.
+    cmd!(sh, "chmod -R u+rw,go-w,a+rX {dir}")
+        .quiet()
+        .run()
+        .with_context(|| format!("chmod of {}", dir.display()))
 }
 
 /// The workspace manifest with only the product crates, and the lock file pruned to them.

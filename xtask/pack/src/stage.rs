@@ -130,42 +130,6 @@ pub fn stage_all(sh: &Shell, packages: &[Package]) -> Result<Vec<PathBuf>> {
 /// may be loaded and loads it; the postinst runs it from there (`@LOAD_SCRIPT@`).
 pub const LOAD_SCRIPT: &str = "/usr/lib/mtgdrdrv/mtgdrdrv-load";
 
-/// mtgdrdrv-dkms's `script` (postinst, prerm) from debian/mtgdrdrv-dkms.<script>.in, as
-/// debian/rules makes it: the module's version and mtgdrdrv-load's path filled in; then what
-/// dh_installdeb does with the `#DEBHELPER#` line when no debhelper snippet applies (none does
-/// here): it goes.
-pub fn maintainer_script(script: &str, version: &str, load: &str) -> Result<String> {
-    let text = template(
-        &paths::root().join(format!("debian/mtgdrdrv-dkms.{script}.in")),
-        &[("VERSION", version), ("LOAD_SCRIPT", load)],
-    )?;
-    Ok(text
-        .lines()
-        .filter(|l| l.trim() != "#DEBHELPER#")
-        .map(|l| format!("{l}\n"))
-        .collect())
-}
-
-/// debian/libgdrapi.symbols: its path, its text and the symbols it lists, sorted.
-pub fn listed_symbols() -> Result<(PathBuf, String, Vec<String>)> {
-    let path = paths::root().join("debian/libgdrapi.symbols");
-    let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let listed = symbols_listed(&text);
-    Ok((path, text, listed))
-}
-
-/// The symbols a Debian symbols file lists (` name@Base version` lines), sorted.
-fn symbols_listed(symbols_file: &str) -> Vec<String> {
-    let mut names: Vec<String> = symbols_file
-        .lines()
-        .filter(|l| l.starts_with(' '))
-        .filter_map(|l| l.split_whitespace().next()?.strip_suffix("@Base"))
-        .map(str::to_owned)
-        .collect();
-    names.sort_unstable();
-    names
-}
-
 /// `path` with every `@KEY@` replaced; fails if a placeholder is left.
 pub fn template(path: &Path, values: &[(&str, &str)]) -> Result<String> {
     let mut text =
@@ -189,18 +153,4 @@ pub fn template(path: &Path, values: &[(&str, &str)]) -> Result<String> {
         }
     }
     Ok(text)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn symbols_from_a_symbols_file() {
-        let file = "libgdrapi.so.1 libgdrapi #MINVER#\n\
-                    * Build-Depends-Package: libgdrapi\n \
-                    gdr_open@Base 1.0.0\n \
-                    gdr_close@Base 1.0.0\n";
-        assert_eq!(symbols_listed(file), ["gdr_close", "gdr_open"]);
-    }
 }

@@ -308,10 +308,9 @@ fn check_consumer(sh: &Shell, host: &Root, lib: &Built) -> Result<()> {
         "the consumer printed {shared:?} (shared) and {stat:?} (static), expected {expected:?}"
     );
     let deps = sh_in("cd /tmp/consumer && dpkg-shlibdeps -O consumer 2>/dev/null")?;
-    let want = format!(
-        "libgdrapi (>= {upstream}), libgdrapi (<< {})",
-        xtask_base::debian::next_major(upstream)?
-    );
+    // Below the next major: `2~` for 1.x (`~` sorts before any release of it).
+    let major: u32 = major.parse().context("libgdrapi's major version")?;
+    let want = format!("libgdrapi (>= {upstream}), libgdrapi (<< {}~)", major + 1);
     ensure!(
         deps.contains(&want),
         "dpkg-shlibdeps gave a consumer {deps:?}, which lacks {want}"
