@@ -113,13 +113,12 @@ pub fn build(sh: &Shell, ws: &Workspace, packages: &[Package]) -> Result<Vec<Bui
 /// Moves `package`'s .deb and -dbgsym .deb out of what dpkg-buildpackage made into build/.
 fn collect(sh: &Shell, ws: &Workspace, debs: &[PathBuf], package: Package) -> Result<Built> {
     let named = |name: &str| {
-        debs.iter()
-            .find(|d| {
-                d.file_name()
-                    .and_then(|f| f.to_str())
-                    .is_some_and(|f| f.starts_with(&format!("{name}_")))
-            })
-            .cloned()
+        let prefix = format!("{name}_");
+        let file = |d: &&PathBuf| {
+            d.file_name()
+                .is_some_and(|f| f.to_string_lossy().starts_with(&prefix))
+        };
+        debs.iter().find(file).cloned()
     };
     let name = package.deb_name();
     let made = named(name).with_context(|| format!("dpkg-buildpackage made no {name} .deb"))?;
@@ -216,11 +215,10 @@ pub fn field<'a>(control: &'a str, field: &str) -> Option<&'a str> {
 pub fn lintian(sh: &Shell, debs: &[Built]) -> Result<()> {
     // No other xtask rewrites the .debs meanwhile.
     let _lock = files::lock()?;
-    let mut files: Vec<PathBuf> = Vec::new();
-    for d in debs {
-        files.push(d.path.clone());
-        files.extend(d.dbgsym.clone());
-    }
+    let files: Vec<PathBuf> = debs
+        .iter()
+        .flat_map(|d| std::iter::once(d.path.clone()).chain(d.dbgsym.clone()))
+        .collect();
     lintian::lintian_files(sh, &files)
 }
 

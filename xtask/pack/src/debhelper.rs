@@ -91,13 +91,10 @@ pub fn run(sh: &Shell, ws: &Workspace, packages: &[Package]) -> Result<Vec<PathB
             .output(),
         None => {
             let _cwd = sh.push_dir(&src);
-            let mut c = cmd!(sh, "dpkg-buildpackage {args...}");
-            for var in &env {
-                if let Some((k, v)) = var.split_once('=') {
-                    c = c.env(k, v);
-                }
-            }
-            c.quiet().ignore_status().output()
+            cmd!(sh, "env {env...} dpkg-buildpackage {args...}")
+                .quiet()
+                .ignore_status()
+                .output()
         }
     }
     .context("running dpkg-buildpackage (install debhelper and dpkg-dev)")?;

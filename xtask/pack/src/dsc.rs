@@ -104,16 +104,13 @@ pub fn build(sh: &Shell) -> Result<SourcePackage> {
     );
     let out = paths::build_dir().join("source");
     files::fresh_dir(&out)?;
-    let dir = out.join(format!("{name}-{upstream}"));
+    let top = format!("{name}-{upstream}");
+    let dir = out.join(&top);
     copy_tracked(sh, &dir, ".", LEFT_OUT)?;
     product_workspace(sh, &dir)?;
     vendor(sh, &dir)?;
 
     let orig = out.join(format!("{name}_{upstream}.orig.tar.xz"));
-    let top = dir
-        .file_name()
-        .context("the source directory has no name")?
-        .to_owned();
     cmd!(
         sh,
         "tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@{epoch} --format=gnu -I 'xz -6 -T1' -C {out} -cf {orig} {top}"
@@ -126,7 +123,6 @@ pub fn build(sh: &Shell) -> Result<SourcePackage> {
     copy_tracked(sh, &dir, "debian", &[])?;
     {
         let _cwd = sh.push_dir(&out);
-        let top = top.clone();
         // dpkg-source sets SOURCE_DATE_EPOCH from debian/changelog itself.
         cmd!(sh, "dpkg-source --build {top}")
             .quiet()
@@ -189,7 +185,7 @@ fn product_workspace(sh: &Shell, dir: &Path) -> Result<()> {
         doc["workspace"][key] = members.clone();
     }
     files::put_text(&manifest, &doc.to_string(), 0o644)?;
-    let original = lock_entries(&fs::read_to_string(paths::root().join("Cargo.lock"))?);
+    let original = lock_entries(&fs::read_to_string(paths::root().join("Cargo.lock"))?)?;
     // cargo drops the lock file's entries that no member needs; nothing else changes offline.
     cmd!(
         sh,
@@ -199,7 +195,7 @@ fn product_workspace(sh: &Shell, dir: &Path) -> Result<()> {
     .ignore_stdout()
     .run()
     .context("cargo metadata on the product workspace (pruning Cargo.lock)")?;
-    let pruned = lock_entries(&fs::read_to_string(dir.join("Cargo.lock"))?);
+    let pruned = lock_entries(&fs::read_to_string(dir.join("Cargo.lock"))?)?;
     let changed: Vec<&String> = pruned.difference(&original).collect();
     ensure!(
         changed.is_empty(),
@@ -209,25 +205,19 @@ fn product_workspace(sh: &Shell, dir: &Path) -> Result<()> {
 }
 
 /// `name version checksum` of every package of a lock file.
-fn lock_entries(lock: &str) -> BTreeSet<String> {
-    let mut entries = BTreeSet::new();
-    for block in lock.split("[[package]]").skip(1) {
-        let value = |key: &str| {
-            block
-                .lines()
-                .find_map(|l| l.strip_prefix(&format!("{key} = ")))
-                .unwrap_or_default()
-                .trim_matches('"')
-                .to_owned()
-        };
-        entries.insert(format!(
-            "{} {} {}",
-            value("name"),
-            value("version"),
-            value("checksum")
-        ));
-    }
-    entries
+fn lock_entries(lock: &str) -> Result<BTreeSet<String>> {
+    let lock: toml_edit::DocumentMut = lock.parse().context("parsing Cargo.lock")?;
+    let packages = lock["package"]
+        .as_array_of_tables()
+        .context("Cargo.lock has no [[package]]")?;
+    Ok(packages
+        .iter()
+        .map(|p| {
+            ["name", "version", "checksum"]
+                .map(|k| p.get(k).and_then(|v| v.as_str()).unwrap_or(""))
+                .join(" ")
+        })
+        .collect())
 }
 
 /// The product crates' dependencies in `vendor/<name>-<version>/` (`cargo vendor`), from the
@@ -297,13 +287,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lock_entries_name_version_checksum() {
+    fn lock_entries_name_version_checksum() -> Result<()> {
         let lock = "version = 4\n\n[[package]]\nname = \"a\"\nversion = \"1.0.0\"\n\
                     checksum = \"ab\"\n\n[[package]]\nname = \"b\"\nversion = \"0.1.0\"\n";
-        let entries = lock_entries(lock);
+        let entries = lock_entries(lock)?;
         assert!(entries.contains("a 1.0.0 ab"));
         assert!(entries.contains("b 0.1.0 "));
         assert_eq!(entries.len(), 2);
+        Ok(())
     }
 
     #[test]
