@@ -198,12 +198,33 @@ fn contents_check(sh: &Shell, debs: &[Built]) -> Result<()> {
         );
     }
     let lib = find(debs, Package::Lib)?;
-    let arch = stage::host_arch()?;
+    let arch = host_arch()?;
     let archive = lib
         .package
         .tree()
         .join(format!("usr/lib/{}/libgdrapi.a", arch.multiarch));
     crate::staticlib::check(sh, &archive, None)
+}
+
+/// The Debian architecture and multiarch tuple of the machine we build on (native builds only).
+#[derive(Clone, Copy, Debug)]
+pub struct Arch {
+    pub debian: &'static str,
+    pub multiarch: &'static str,
+}
+
+pub(crate) fn host_arch() -> Result<Arch> {
+    match std::env::consts::ARCH {
+        "x86_64" => Ok(Arch {
+            debian: "amd64",
+            multiarch: "x86_64-linux-gnu",
+        }),
+        "aarch64" => Ok(Arch {
+            debian: "arm64",
+            multiarch: "aarch64-linux-gnu",
+        }),
+        other => anyhow::bail!("packaging for {other} is not set up (amd64 and arm64 are)"),
+    }
 }
 
 fn timed(what: &str, start: Instant) {

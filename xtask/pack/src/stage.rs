@@ -87,27 +87,6 @@ impl Package {
     }
 }
 
-/// The Debian architecture and multiarch tuple of the machine we build on (native builds only).
-#[derive(Clone, Copy, Debug)]
-pub struct Arch {
-    pub debian: &'static str,
-    pub multiarch: &'static str,
-}
-
-pub fn host_arch() -> Result<Arch> {
-    match std::env::consts::ARCH {
-        "x86_64" => Ok(Arch {
-            debian: "amd64",
-            multiarch: "x86_64-linux-gnu",
-        }),
-        "aarch64" => Ok(Arch {
-            debian: "arm64",
-            multiarch: "aarch64-linux-gnu",
-        }),
-        other => bail!("packaging for {other} is not set up (amd64 and arm64 are)"),
-    }
-}
-
 /// `cargo xtask build-<package>`.
 pub fn cli(packages: &[Package]) -> Result<()> {
     let sh = Shell::new()?;
