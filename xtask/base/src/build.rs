@@ -59,7 +59,11 @@ impl KernelArgs {
     pub fn release(&self) -> Result<String> {
         match &self.kver {
             Some(k) => Ok(k.clone()),
-            None => running_kernel(),
+            None => {
+                let release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                    .context("reading /proc/sys/kernel/osrelease")?;
+                Ok(release.trim().to_owned())
+            }
         }
     }
 
@@ -72,12 +76,6 @@ impl KernelArgs {
             ))),
         }
     }
-}
-
-pub fn running_kernel() -> Result<String> {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .context("reading /proc/sys/kernel/osrelease")?;
-    Ok(release.trim().to_owned())
 }
 
 pub fn cli(args: Args) -> Result<()> {
@@ -195,14 +193,9 @@ pub fn clean() -> Result<()> {
     let sh = Shell::new()?;
     sh.change_dir(paths::root());
     let build = paths::build_dir();
-    remove(&build)?;
-    cmd!(sh, "cargo clean --quiet").run()?;
-    Ok(())
-}
-
-fn remove(path: &Path) -> Result<()> {
-    if path.exists() {
-        std::fs::remove_dir_all(path).with_context(|| format!("removing {}", path.display()))?;
+    if build.exists() {
+        std::fs::remove_dir_all(&build).with_context(|| format!("removing {}", build.display()))?;
     }
+    cmd!(sh, "cargo clean --quiet").run()?;
     Ok(())
 }

@@ -6,6 +6,7 @@ use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use xshell::{cmd, Shell};
 
 use crate::paths;
 
@@ -36,14 +37,10 @@ pub fn lock_file(path: &Path, doing: &str) -> Result<fs::File> {
 
 /// Copies the module's build inputs (Kbuild, Makefile, C sources and headers, scripts, the
 /// compile probes) and nothing a build leaves behind; files already there with the same content
-/// are left alone. Returns the top-level names copied.
-pub fn copy_module_sources(from: &Path, to: &Path) -> Result<Vec<String>> {
-    let mut copied = Vec::new();
-    let mut entries: Vec<_> = fs::read_dir(from)
-        .with_context(|| format!("reading {}", from.display()))?
-        .collect::<Result<_, _>>()?;
-    entries.sort_by_key(|e| e.file_name());
-    for entry in entries {
+/// are left alone.
+pub fn copy_module_sources(from: &Path, to: &Path) -> Result<()> {
+    for entry in fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
+        let entry = entry?;
         let name = entry.file_name().to_string_lossy().into_owned();
         let path = entry.path();
         let kind = entry.file_type()?;
@@ -52,7 +49,6 @@ pub fn copy_module_sources(from: &Path, to: &Path) -> Result<Vec<String>> {
         }
         if kind.is_dir() {
             copy_module_sources(&path, &to.join(&name))?;
-            copied.push(name);
             continue;
         }
         let source = name == "Kbuild"
@@ -67,10 +63,9 @@ pub fn copy_module_sources(from: &Path, to: &Path) -> Result<Vec<String>> {
             if fs::read(&path)? != fs::read(&target).unwrap_or_default() {
                 put_file(&path, &target, mode)?;
             }
-            copied.push(name);
         }
     }
-    Ok(copied)
+    Ok(())
 }
 
 pub fn fresh_dir(dir: &Path) -> Result<()> {
@@ -116,34 +111,6 @@ pub fn put_symlink(target: &str, link: &Path) -> Result<()> {
     symlink(target, link).with_context(|| format!("linking {}", link.display()))
 }
 
-/// Copies the tree `from/rel` into `to/rel`: directories, regular files with their mode,
-/// symlinks as symlinks; `skip` lists paths (relative to `from`) left out.
-pub fn copy_tree(from: &Path, to: &Path, rel: &Path, skip: &[String]) -> Result<()> {
-    let dir = from.join(rel);
-    for entry in fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
-        let entry = entry?;
-        let rel = rel.join(entry.file_name());
-        if skip.iter().any(|s| Path::new(s) == rel) {
-            continue;
-        }
-        let kind = entry.file_type()?;
-        let (src, dst) = (entry.path(), to.join(&rel));
-        if kind.is_symlink() {
-            let target = fs::read_link(&src)?;
-            let target = target
-                .to_str()
-                .with_context(|| format!("{} is not UTF-8", src.display()))?;
-            put_symlink(target, &dst)?;
-        } else if kind.is_dir() {
-            copy_tree(from, to, &rel, skip)?;
-        } else {
-            let mode = entry.metadata()?.permissions().mode() & 0o7777;
-            put_file(&src, &dst, mode)?;
-        }
-    }
-    Ok(())
-}
-
 /// The regular files under `dir`, sorted.
 pub fn files(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut found = Vec::new();
@@ -163,19 +130,11 @@ pub fn files(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(found)
 }
 
-/// Copies a file (with its mode), a symlink (as a symlink) or a directory tree.
-pub fn copy_path(from: &Path, to: &Path) -> Result<()> {
-    let meta = fs::symlink_metadata(from).with_context(|| format!("reading {}", from.display()))?;
-    if meta.file_type().is_symlink() {
-        let target = fs::read_link(from)?;
-        let target = target
-            .to_str()
-            .with_context(|| format!("{} is not UTF-8", from.display()))?;
-        put_symlink(target, to)
-    } else if meta.is_dir() {
-        fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
-        copy_tree(from, to, Path::new(""), &[])
-    } else {
-        put_file(from, to, meta.permissions().mode() & 0o7777)
-    }
+/// Copies a file, a symlink or a directory tree as it is (modes, links, times): `cp -a`.
+pub fn copy_path(sh: &Shell, from: &Path, to: &Path) -> Result<()> {
+    parent_of(to)?;
+    cmd!(sh, "cp -a --no-target-directory {from} {to}")
+        .quiet()
+        .run()
+        .with_context(|| format!("copying {} to {}", from.display(), to.display()))
 }

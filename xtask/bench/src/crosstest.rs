@@ -20,7 +20,7 @@ use xtask_pack::stage::Package;
 /// arm64 code, then lintian on them (lintian reads foreign-architecture packages).
 pub fn packages(sh: &Shell, target: &'static Target) -> Result<()> {
     let ws = Workspace::load()?.for_target(Some(target));
-    let debs = xtask_pack::deb::build_split(sh, &ws)?;
+    let debs = xtask_pack::deb::build(sh, &ws, &Package::SPLIT)?;
     for built in &debs {
         let package = built.package;
         let arch = xtask_pack::deb::field(&built.control, "Architecture").unwrap_or_default();

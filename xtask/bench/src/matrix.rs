@@ -493,7 +493,8 @@ fn compiler(sh: &Shell, chroot: &Chroot, release: &str) -> Result<String> {
 /// The mtgdrdrv-dkms .deb of this tree (`cargo xtask deb-kmod`).
 fn dkms_deb(sh: &Shell) -> Result<PathBuf> {
     let ws = Workspace::load()?;
-    Ok(deb::build(sh, &ws, Package::Kmod)?.path)
+    let kmod = deb::build(sh, &ws, &[Package::Kmod])?;
+    Ok(kmod[0].path.clone())
 }
 
 /// Installs the DKMS package `deb` in `chroot` as users do and checks that its postinst built

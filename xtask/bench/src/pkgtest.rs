@@ -83,7 +83,7 @@ pub fn test_steps(vm: bool) -> Vec<Step<'static>> {
         ),
         (
             "packages: build-all stages every package tree (make build)",
-            Box::new(xtask_pack::stage::build_all_test_step),
+            Box::new(build_all_test_step),
         ),
         (
             "packages: lintian on every .deb",
@@ -141,6 +141,23 @@ pub fn cli(args: Args) -> Result<()> {
     Ok(())
 }
 
+/// What `cargo xtask build-all` (the old `make build`) must leave: every package's tree
+/// staged, with its `DEBIAN/` and the documentation every package carries.
+fn build_all_test_step(sh: &Shell) -> Result<()> {
+    let trees = stage::stage_all(sh, &Package::SPLIT)?;
+    ensure!(trees.len() == Package::SPLIT.len(), "staged {trees:?}");
+    for (tree, package) in trees.iter().zip(Package::SPLIT) {
+        let doc = tree.join("usr/share/doc").join(package.deb_name());
+        ensure!(
+            *tree == package.tree() && tree.join("DEBIAN").is_dir() && doc.is_dir(),
+            "build-all did not stage {} (with DEBIAN/ and {})",
+            package.tree().display(),
+            doc.display()
+        );
+    }
+    Ok(())
+}
+
 /// The .debs, built on first use.
 fn built(sh: &Shell, cache: &Rc<RefCell<Option<Vec<Built>>>>) -> Result<Vec<Built>> {
     if let Some(debs) = cache.borrow().as_ref() {
@@ -181,12 +198,33 @@ fn contents_check(sh: &Shell, debs: &[Built]) -> Result<()> {
         );
     }
     let lib = find(debs, Package::Lib)?;
-    let arch = stage::host_arch()?;
+    let arch = host_arch()?;
     let archive = lib
         .package
         .tree()
         .join(format!("usr/lib/{}/libgdrapi.a", arch.multiarch));
     crate::staticlib::check(sh, &archive, None)
+}
+
+/// The Debian architecture and multiarch tuple of the machine we build on (native builds only).
+#[derive(Clone, Copy, Debug)]
+pub struct Arch {
+    pub debian: &'static str,
+    pub multiarch: &'static str,
+}
+
+pub(crate) fn host_arch() -> Result<Arch> {
+    match std::env::consts::ARCH {
+        "x86_64" => Ok(Arch {
+            debian: "amd64",
+            multiarch: "x86_64-linux-gnu",
+        }),
+        "aarch64" => Ok(Arch {
+            debian: "arm64",
+            multiarch: "aarch64-linux-gnu",
+        }),
+        other => anyhow::bail!("packaging for {other} is not set up (amd64 and arm64 are)"),
+    }
 }
 
 fn timed(what: &str, start: Instant) {

@@ -12,6 +12,7 @@
 //! plugin (LLVMgold), and where that plugin's LLVM is older than rustc's it lists no symbol of
 //! theirs, so an unprocessed archive would look clean.
 
+use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{ensure, Context, Result};
@@ -275,7 +276,7 @@ fn no_bitcode(tools: &Tools, archive: &Path) -> Result<()> {
 }
 
 fn exports_only_the_api(tools: &Tools, archive: &Path) -> Result<()> {
-    let (path, _, api) = xtask_pack::stage::listed_symbols()?;
+    let (path, api) = listed_symbols()?;
     ensure!(!api.is_empty(), "{} lists no symbol", path.display());
     let exported = defined_globals(&readelf(tools.sh, tools.target, "-s", archive)?);
     compare_exports(&exported, &api)
@@ -445,9 +446,37 @@ fn defined_globals(listing: &str) -> Vec<String> {
     names
 }
 
+/// debian/libgdrapi.symbols: its path and the symbols it lists, sorted.
+fn listed_symbols() -> Result<(PathBuf, Vec<String>)> {
+    let path = paths::root().join("debian/libgdrapi.symbols");
+    let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    Ok((path, symbols_listed(&text)))
+}
+
+/// The symbols a Debian symbols file lists (` name@Base version` lines), sorted.
+fn symbols_listed(symbols_file: &str) -> Vec<String> {
+    let mut names: Vec<String> = symbols_file
+        .lines()
+        .filter(|l| l.starts_with(' '))
+        .filter_map(|l| l.split_whitespace().next()?.strip_suffix("@Base"))
+        .map(str::to_owned)
+        .collect();
+    names.sort_unstable();
+    names
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn symbols_from_a_symbols_file() {
+        let file = "libgdrapi.so.1 libgdrapi #MINVER#\n\
+                    * Build-Depends-Package: libgdrapi\n \
+                    gdr_open@Base 1.0.0\n \
+                    gdr_close@Base 1.0.0\n";
+        assert_eq!(symbols_listed(file), ["gdr_close", "gdr_open"]);
+    }
 
     const SECTIONS: &str = "
 File: libgdrapi.a(gdrapi.o)
@@ -523,7 +552,7 @@ Symbol table '.symtab' contains 2 entries:
 
     #[test]
     fn the_package_symbols_file_is_the_api() {
-        let (_, _, api) = xtask_pack::stage::listed_symbols().expect("debian/libgdrapi.symbols");
+        let (_, api) = listed_symbols().expect("debian/libgdrapi.symbols");
         assert!(api.len() > 10 && api.iter().all(|s| s.starts_with("gdr_")));
     }
 

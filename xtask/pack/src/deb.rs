@@ -33,7 +33,7 @@ use xshell::{cmd, Shell};
 use xtask_base::workspace::Workspace;
 use xtask_base::{debian, files, lintian, paths, targets};
 
-use crate::debhelper::{self, Flavour, Scope};
+use crate::debhelper;
 use crate::stage::Package;
 
 /// Which packages a `deb-*` command builds.
@@ -79,11 +79,11 @@ pub fn cli(which: Which, args: Args) -> Result<()> {
     let sh = Shell::new()?;
     sh.change_dir(paths::root());
     let ws = Workspace::load()?.for_target(targets::parse(args.target.as_deref())?);
-    let built = match which {
-        Which::One(p) => vec![build(&sh, &ws, p)?],
-        Which::All => build_split(&sh, &ws)?,
+    let packages = match which {
+        Which::One(p) => vec![p],
+        Which::All => Package::SPLIT.to_vec(),
     };
-    for b in built {
+    for b in build(&sh, &ws, &packages)? {
         println!("{}", b.path.display());
         if let Some(dbgsym) = &b.dbgsym {
             println!("{}", dbgsym.display());
@@ -94,47 +94,31 @@ pub fn cli(which: Which, args: Args) -> Result<()> {
 
 /// The four packages of a release and the bundle, in that order.
 pub fn build_everything(sh: &Shell, ws: &Workspace) -> Result<Vec<Built>> {
-    let mut all = build_split(sh, ws)?;
-    all.push(build(sh, ws, Package::Bundle)?);
+    let mut all = build(sh, ws, &Package::SPLIT)?;
+    all.extend(build(sh, ws, &[Package::Bundle])?);
     Ok(all)
 }
 
-/// The four packages of a release, from one dpkg-buildpackage run.
-pub fn build_split(sh: &Shell, ws: &Workspace) -> Result<Vec<Built>> {
+/// Builds `packages` (each with its -dbgsym package) into build/, in one dpkg-buildpackage
+/// run (the bundle alone), replacing older builds.
+pub fn build(sh: &Shell, ws: &Workspace, packages: &[Package]) -> Result<Vec<Built>> {
     let _lock = files::lock()?;
-    let debs = debhelper::run(sh, ws, Flavour::Split, Scope::All)?;
-    Package::SPLIT
+    let debs = debhelper::run(sh, ws, packages)?;
+    packages
         .iter()
-        .map(|&p| collect(sh, ws, Flavour::Split, &debs, p))
+        .map(|&p| collect(sh, ws, &debs, p))
         .collect()
 }
 
-/// Builds `package` (with its -dbgsym package) into build/.
-pub fn build(sh: &Shell, ws: &Workspace, package: Package) -> Result<Built> {
-    let _lock = files::lock()?;
-    let (flavour, scope) = debhelper::plan(package);
-    let debs = debhelper::run(sh, ws, flavour, scope)?;
-    collect(sh, ws, flavour, &debs, package)
-}
-
-/// Moves `package`'s .deb and -dbgsym .deb out of what dpkg-buildpackage made into build/,
-/// replacing older builds, and its trees into build/pkg/ (as `cargo xtask build-*` leaves them).
-fn collect(
-    sh: &Shell,
-    ws: &Workspace,
-    flavour: Flavour,
-    debs: &[PathBuf],
-    package: Package,
-) -> Result<Built> {
-    crate::stage::copy_trees(flavour, package)?;
+/// Moves `package`'s .deb and -dbgsym .deb out of what dpkg-buildpackage made into build/.
+fn collect(sh: &Shell, ws: &Workspace, debs: &[PathBuf], package: Package) -> Result<Built> {
     let named = |name: &str| {
-        debs.iter()
-            .find(|d| {
-                d.file_name()
-                    .and_then(|f| f.to_str())
-                    .is_some_and(|f| f.starts_with(&format!("{name}_")))
-            })
-            .cloned()
+        let prefix = format!("{name}_");
+        let file = |d: &&PathBuf| {
+            d.file_name()
+                .is_some_and(|f| f.to_string_lossy().starts_with(&prefix))
+        };
+        debs.iter().find(file).cloned()
     };
     let name = package.deb_name();
     let made = named(name).with_context(|| format!("dpkg-buildpackage made no {name} .deb"))?;
@@ -193,15 +177,6 @@ pub fn upstream_version(version: &str) -> String {
     }
 }
 
-/// SOURCE_DATE_EPOCH as dpkg-buildpackage sets it: the date of debian/changelog's newest entry.
-pub fn source_date_epoch(sh: &Shell) -> Result<String> {
-    let changelog = paths::root().join("debian/changelog");
-    cmd!(sh, "dpkg-parsechangelog -l {changelog} -STimestamp")
-        .quiet()
-        .read()
-        .context("dpkg-parsechangelog (package dpkg-dev) failed on debian/changelog")
-}
-
 /// Removes other builds of `name` for `architecture` beside `keep` (those of another
 /// architecture stay: amd64 and arm64 packages are built side by side).
 fn remove_old_debs(name: &str, architecture: &str, keep: &Path) -> Result<()> {
@@ -240,11 +215,10 @@ pub fn field<'a>(control: &'a str, field: &str) -> Option<&'a str> {
 pub fn lintian(sh: &Shell, debs: &[Built]) -> Result<()> {
     // No other xtask rewrites the .debs meanwhile.
     let _lock = files::lock()?;
-    let mut files: Vec<PathBuf> = Vec::new();
-    for d in debs {
-        files.push(d.path.clone());
-        files.extend(d.dbgsym.clone());
-    }
+    let files: Vec<PathBuf> = debs
+        .iter()
+        .flat_map(|d| std::iter::once(d.path.clone()).chain(d.dbgsym.clone()))
+        .collect();
     lintian::lintian_files(sh, &files)
 }
 

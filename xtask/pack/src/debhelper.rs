@@ -5,8 +5,8 @@
 //! -dbgsym packages, shlibs and symbols, maintainer scripts, control files, the archives — is
 //! debhelper's and dpkg's, from the same debian/ files a Debian build daemon uses.
 //!
-//! The copy lives in `build/deb/<flavour>/mtgdrcopy/`, so that dpkg-buildpackage leaves the
-//! .debs, .buildinfo and .changes in `build/deb/<flavour>/`; the .debs are then moved to
+//! The copy lives in `build/deb/<split|bundle>/mtgdrcopy/`, so that dpkg-buildpackage leaves
+//! the .debs, .buildinfo and .changes in `build/deb/<split|bundle>/`; deb.rs moves the .debs to
 //! `build/`. A cross build runs dpkg-buildpackage in the toolchain chroot (cross.rs), whose dpkg
 //! knows the arm64 libraries that dh_shlibdeps resolves.
 
@@ -37,80 +37,41 @@ const INPUTS: &[&str] = &[
     "README.md",
 ];
 
-/// The split packages of the source package, or the single-package build.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Flavour {
-    Split,
-    Bundle,
-}
-
-/// Which of the flavour's packages dpkg-buildpackage builds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Scope {
-    /// Everything (`-b`).
-    All,
-    /// The architecture-independent packages only (`-A`).
-    Indep,
-}
-
-impl Flavour {
-    fn name(self) -> &'static str {
-        match self {
-            Flavour::Split => "split",
-            Flavour::Bundle => "bundle",
-        }
-    }
-
-    /// `build/deb/<flavour>/`: where dpkg-buildpackage writes its results.
-    pub fn out_dir(self) -> PathBuf {
-        paths::build_dir().join("deb").join(self.name())
-    }
-
-    /// The source tree dpkg-buildpackage ran in: debian/<package>/ are the package trees.
-    pub fn source_dir(self) -> PathBuf {
-        self.out_dir().join("mtgdrcopy")
-    }
-}
-
-/// The run that makes `package`: the bundle's own, else the split one, architecture-independent
-/// only for the packages that are.
-pub fn plan(package: Package) -> (Flavour, Scope) {
-    match package {
-        Package::Bundle => (Flavour::Bundle, Scope::All),
-        p if p.arch_all() => (Flavour::Split, Scope::Indep),
-        _ => (Flavour::Split, Scope::All),
-    }
-}
-
-/// Runs dpkg-buildpackage for `flavour` and returns the .debs it made (in its output directory,
-/// sorted). Callers hold `files::lock()`.
-pub fn run(sh: &Shell, ws: &Workspace, flavour: Flavour, scope: Scope) -> Result<Vec<PathBuf>> {
+/// Runs the dpkg-buildpackage run that makes `packages`: the bundle's own (the bundle is built
+/// alone), else the split one, architecture-independent only (`-A`) when all of them are.
+/// Copies their trees to build/pkg/ and returns the .debs it made. Callers hold
+/// `files::lock()`.
+pub fn run(sh: &Shell, ws: &Workspace, packages: &[Package]) -> Result<Vec<PathBuf>> {
+    let bundle = packages.contains(&Package::Bundle);
+    ensure!(!bundle || packages.len() == 1, "the bundle is built alone");
     xtask_base::host::ensure_host_packages(&crate::deb::HOST_PACKAGES)?;
     // Also for the architecture-independent packages: install-tree installs every file.
     match ws.target {
         Some(target) => xtask_base::cross::packaged(sh, target)?,
         None => build::packaged(sh, &ws.target_dir)?,
     }
-    let out = flavour.out_dir();
+    let out = paths::build_dir()
+        .join("deb")
+        .join(if bundle { "bundle" } else { "split" });
     files::fresh_dir(&out)?;
-    let src = flavour.source_dir();
+    let src = out.join("mtgdrcopy");
     let root = paths::root();
-    // The fuzzer's corpus and build are no input (and can be large).
-    let left_out = ["libgdrapi/fuzz".to_owned()];
-    for input in INPUTS {
-        if root.join(input).is_dir() {
-            fs::create_dir_all(src.join(input))?;
-            files::copy_tree(&root, &src, Path::new(input), &left_out)?;
-        } else {
-            files::copy_path(&root.join(input), &src.join(input))?;
-        }
+    let mut inputs: Vec<PathBuf> = INPUTS.iter().map(|i| root.join(i)).collect();
+    // libgdrapi but its fuzzer, whose corpus and build are no input (and can be large).
+    inputs.retain(|i| !i.ends_with("libgdrapi"));
+    for entry in fs::read_dir(root.join("libgdrapi")).context("reading libgdrapi/")? {
+        inputs.extend(Some(entry?.path()).filter(|p| !p.ends_with("fuzz")));
     }
-    if flavour == Flavour::Bundle {
+    for from in inputs {
+        files::copy_path(sh, &from, &src.join(from.strip_prefix(&root)?))?;
+    }
+    if bundle {
         bundle_debian_dir(&src.join("debian"))?;
     }
-    let mode = match scope {
-        Scope::All => "-b",
-        Scope::Indep => "-A",
+    let mode = if packages.iter().all(|p| p.arch_all()) {
+        "-A"
+    } else {
+        "-b"
     };
     let env = [
         format!("MTGDRCOPY_RELEASE_DIR={}", ws.packaged_dir().display()),
@@ -130,13 +91,10 @@ pub fn run(sh: &Shell, ws: &Workspace, flavour: Flavour, scope: Scope) -> Result
             .output(),
         None => {
             let _cwd = sh.push_dir(&src);
-            let mut c = cmd!(sh, "dpkg-buildpackage {args...}");
-            for var in &env {
-                if let Some((k, v)) = var.split_once('=') {
-                    c = c.env(k, v);
-                }
-            }
-            c.quiet().ignore_status().output()
+            cmd!(sh, "env {env...} dpkg-buildpackage {args...}")
+                .quiet()
+                .ignore_status()
+                .output()
         }
     }
     .context("running dpkg-buildpackage (install debhelper and dpkg-dev)")?;
@@ -149,31 +107,36 @@ pub fn run(sh: &Shell, ws: &Workspace, flavour: Flavour, scope: Scope) -> Result
         log.display(),
         tail(&String::from_utf8_lossy(&text), 30)
     );
-    produced(&out)
+    // The package trees and their debug symbols' (where they have ELF files), as
+    // `cargo xtask build-*` leaves them in build/pkg/.
+    let debian = src.join("debian");
+    for &package in packages {
+        let name = package.deb_name();
+        let dbgsym = debian.join(".debhelper").join(name).join("dbgsym-root");
+        for (from, to) in [
+            (debian.join(name), package.tree()),
+            (dbgsym, package.dbgsym_tree()),
+        ] {
+            if to.exists() {
+                fs::remove_dir_all(&to).with_context(|| format!("removing {}", to.display()))?;
+            }
+            if from.exists() {
+                files::copy_path(sh, &from, &to)?;
+            }
+        }
+    }
+    // The .debs, which deb.rs picks by name (`out` is made fresh for each run).
+    let mut debs = Vec::new();
+    for entry in fs::read_dir(&out).with_context(|| format!("reading {}", out.display()))? {
+        debs.extend(Some(entry?.path()).filter(|p| p.extension().is_some_and(|e| e == "deb")));
+    }
+    Ok(debs)
 }
 
 /// The last `n` lines of `text`.
 fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
-/// The .debs in `out` (made fresh for each run), sorted.
-fn produced(out: &Path) -> Result<Vec<PathBuf>> {
-    let mut debs = Vec::new();
-    for entry in fs::read_dir(out).with_context(|| format!("reading {}", out.display()))? {
-        let path = entry?.path();
-        if path.extension().is_some_and(|e| e == "deb") {
-            debs.push(path);
-        }
-    }
-    debs.sort();
-    ensure!(
-        !debs.is_empty(),
-        "dpkg-buildpackage made no .deb in {}",
-        out.display()
-    );
-    Ok(debs)
 }
 
 /// Turns the copy's debian/ into the single-package build's: one binary package `mtgdrcopy`
@@ -244,7 +207,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("xtask-bundle-{}", std::process::id()));
         let debian = dir.join("debian");
         files::fresh_dir(&dir)?;
-        files::copy_path(&paths::root().join("debian"), &debian)?;
+        files::copy_path(&Shell::new()?, &paths::root().join("debian"), &debian)?;
         bundle_debian_dir(&debian)?;
         let control = xtask_base::debian::Control::read(&debian.join("control"))?;
         let names: Vec<&str> = control

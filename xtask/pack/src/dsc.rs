@@ -22,9 +22,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{ensure, Context, Result};
 use xshell::{cmd, Shell};
 
-use xtask_base::debian::{self, Control};
 use xtask_base::workspace::Workspace;
-use xtask_base::{chroot, files, paths};
+use xtask_base::{chroot, deb822, files, paths};
 
 use crate::deb;
 
@@ -76,12 +75,24 @@ pub fn cli() -> Result<()> {
 pub fn build(sh: &Shell) -> Result<SourcePackage> {
     xtask_base::host::ensure_host_packages(&["dpkg-dev", "xz-utils"])?;
     let ws = Workspace::load()?;
-    let control = Control::load()?;
-    let name = control.source_name().to_owned();
-    let changelog = fs::read_to_string(paths::root().join("debian/changelog"))?;
-    let version = debian::changelog_version(&changelog)
-        .context("debian/changelog has no version")?
-        .to_owned();
+    // The newest entry of debian/changelog: the name and version of the source package, and
+    // SOURCE_DATE_EPOCH as dpkg-buildpackage and dpkg-source set it (its date).
+    let changelog = paths::root().join("debian/changelog");
+    let entry = cmd!(sh, "dpkg-parsechangelog -l {changelog}")
+        .quiet()
+        .read()
+        .context("dpkg-parsechangelog (package dpkg-dev) failed on debian/changelog")?;
+    let entry = deb822::parse(&entry)?
+        .into_iter()
+        .next()
+        .context("dpkg-parsechangelog printed no entry")?;
+    let field = |name: &str| {
+        entry
+            .get(name)
+            .map(str::to_owned)
+            .with_context(|| format!("debian/changelog: no {name}"))
+    };
+    let (name, version, epoch) = (field("Source")?, field("Version")?, field("Timestamp")?);
     let (upstream, _) = version
         .rsplit_once('-')
         .with_context(|| format!("debian/changelog: {version} has no Debian revision"))?;
@@ -93,46 +104,27 @@ pub fn build(sh: &Shell) -> Result<SourcePackage> {
     );
     let out = paths::build_dir().join("source");
     files::fresh_dir(&out)?;
-    let dir = out.join(format!("{name}-{upstream}"));
-    copy_tracked(sh, &dir, LEFT_OUT)?;
+    let top = format!("{name}-{upstream}");
+    let dir = out.join(&top);
+    copy_tracked(sh, &dir, ".", LEFT_OUT)?;
     product_workspace(sh, &dir)?;
     vendor(sh, &dir)?;
 
-    let epoch = deb::source_date_epoch(sh)?;
     let orig = out.join(format!("{name}_{upstream}.orig.tar.xz"));
-    let top = dir
-        .file_name()
-        .context("the source directory has no name")?
-        .to_owned();
-    let tar = cmd!(
+    cmd!(
         sh,
-        "tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@{epoch} --format=gnu -C {out} -cf - {top}"
+        "tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@{epoch} --format=gnu -I 'xz -6 -T1' -C {out} -cf {orig} {top}"
     )
     .quiet()
-    .output()
+    .run()
     .context("tar of the orig tarball")?;
-    ensure!(
-        tar.status.success(),
-        "tar failed: {}",
-        String::from_utf8_lossy(&tar.stderr)
-    );
-    let xz = cmd!(sh, "xz -6 -T1 -c")
-        .stdin(tar.stdout)
-        .quiet()
-        .output()
-        .context("xz of the orig tarball")?;
-    ensure!(xz.status.success(), "xz failed");
-    fs::write(&orig, xz.stdout).with_context(|| format!("writing {}", orig.display()))?;
 
     // debian/ joins the unpacked tree; dpkg-source makes the .debian.tar.xz and the .dsc.
-    for file in tracked(sh, "debian")? {
-        copy_file(&paths::root().join(&file), &dir.join(&file))?;
-    }
+    copy_tracked(sh, &dir, "debian", &[])?;
     {
         let _cwd = sh.push_dir(&out);
-        let top = top.clone();
+        // dpkg-source sets SOURCE_DATE_EPOCH from debian/changelog itself.
         cmd!(sh, "dpkg-source --build {top}")
-            .env("SOURCE_DATE_EPOCH", &epoch)
             .quiet()
             .ignore_stdout()
             .run()
@@ -150,78 +142,50 @@ pub fn build(sh: &Shell) -> Result<SourcePackage> {
     Ok(source)
 }
 
-/// The paths git tracks under `under` ("." for all), relative to the root.
-fn tracked(sh: &Shell, under: &str) -> Result<Vec<String>> {
-    let _cwd = sh.push_dir(paths::root());
+/// Copies the files git tracks under `under` ("." for all), as they are in the working tree,
+/// into `dir`, but those under the `left_out` prefixes.
+pub fn copy_tracked(sh: &Shell, dir: &Path, under: &str, left_out: &[&str]) -> Result<()> {
+    let root = paths::root();
+    let _cwd = sh.push_dir(&root);
     let list = cmd!(sh, "git ls-files -z -- {under}")
         .quiet()
         .read()
         .context("git ls-files (the source tarball takes the files git tracks)")?;
-    Ok(list
+    let files: Vec<&str> = list
         .split('\0')
-        .filter(|f| !f.is_empty())
-        .map(String::from)
-        .collect())
-}
-
-/// Copies the files git tracks, as they are in the working tree, into `dir`, but those under
-/// the `left_out` prefixes.
-pub fn copy_tracked(sh: &Shell, dir: &Path, left_out: &[&str]) -> Result<()> {
-    let root = paths::root();
-    for file in tracked(sh, ".")? {
-        if left_out.iter().any(|p| file.starts_with(p)) {
-            continue;
-        }
-        let from = root.join(&file);
+        .filter(|f| !f.is_empty() && !left_out.iter().any(|p| f.starts_with(p)))
         // A tracked file deleted in the working tree is not part of what is built.
-        if fs::symlink_metadata(&from).is_err() {
-            continue;
-        }
-        copy_file(&from, &dir.join(&file))?;
-    }
-    Ok(())
-}
-
-fn copy_file(from: &Path, to: &Path) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let mode = fs::metadata(from)
-        .with_context(|| format!("reading {}", from.display()))?
-        .permissions()
-        .mode();
-    // git keeps only whether a file is executable.
-    let mode = if mode & 0o111 != 0 { 0o755 } else { 0o644 };
-    files::put_file(from, to, mode)
+        .filter(|f| fs::symlink_metadata(root.join(f)).is_ok())
+        .collect();
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    cmd!(sh, "cp --parents -t {dir} -- {files...}")
+        .quiet()
+        .run()
+        .context("copying the files git tracks")?;
+    // git keeps only whether a file is executable: 0755 or 0644, whatever the umask.
+    cmd!(sh, "chmod -R u+rw,go-w,a+rX {dir}")
+        .quiet()
+        .run()
+        .with_context(|| format!("chmod of {}", dir.display()))
 }
 
 /// The workspace manifest with only the product crates, and the lock file pruned to them.
 fn product_workspace(sh: &Shell, dir: &Path) -> Result<()> {
     let manifest = dir.join("Cargo.toml");
-    let text = fs::read_to_string(&manifest)?;
+    let mut doc: toml_edit::DocumentMut = fs::read_to_string(&manifest)?
+        .parse()
+        .context("parsing Cargo.toml")?;
     // The orig tarball's workspace has only the crates that build the packages.
-    let members = paths::PRODUCTS
-        .iter()
-        .map(|m| format!("\"{m}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let mut replaced = 0;
-    let edited: String = text
-        .lines()
-        .map(|line| {
-            let key = line.split('=').next().unwrap_or_default().trim();
-            if key == "members" || key == "default-members" {
-                replaced += 1;
-                format!("{key} = [{members}]\n")
-            } else {
-                format!("{line}\n")
-            }
-        })
-        .collect();
-    ensure!(
-        replaced == 2,
-        "Cargo.toml: expected one `members` and one `default-members` line, found {replaced}"
-    );
-    files::put_text(&manifest, &edited, 0o644)?;
-    let original = lock_entries(&fs::read_to_string(paths::root().join("Cargo.lock"))?);
+    let members = toml_edit::value(toml_edit::Array::from_iter(paths::PRODUCTS));
+    for key in ["members", "default-members"] {
+        ensure!(
+            doc["workspace"].get(key).is_some(),
+            "Cargo.toml: no workspace {key}"
+        );
+        doc["workspace"][key] = members.clone();
+    }
+    files::put_text(&manifest, &doc.to_string(), 0o644)?;
+    let original = lock_entries(&fs::read_to_string(paths::root().join("Cargo.lock"))?)?;
     // cargo drops the lock file's entries that no member needs; nothing else changes offline.
     cmd!(
         sh,
@@ -231,7 +195,7 @@ fn product_workspace(sh: &Shell, dir: &Path) -> Result<()> {
     .ignore_stdout()
     .run()
     .context("cargo metadata on the product workspace (pruning Cargo.lock)")?;
-    let pruned = lock_entries(&fs::read_to_string(dir.join("Cargo.lock"))?);
+    let pruned = lock_entries(&fs::read_to_string(dir.join("Cargo.lock"))?)?;
     let changed: Vec<&String> = pruned.difference(&original).collect();
     ensure!(
         changed.is_empty(),
@@ -241,25 +205,19 @@ fn product_workspace(sh: &Shell, dir: &Path) -> Result<()> {
 }
 
 /// `name version checksum` of every package of a lock file.
-fn lock_entries(lock: &str) -> BTreeSet<String> {
-    let mut entries = BTreeSet::new();
-    for block in lock.split("[[package]]").skip(1) {
-        let value = |key: &str| {
-            block
-                .lines()
-                .find_map(|l| l.strip_prefix(&format!("{key} = ")))
-                .unwrap_or_default()
-                .trim_matches('"')
-                .to_owned()
-        };
-        entries.insert(format!(
-            "{} {} {}",
-            value("name"),
-            value("version"),
-            value("checksum")
-        ));
-    }
-    entries
+fn lock_entries(lock: &str) -> Result<BTreeSet<String>> {
+    let lock: toml_edit::DocumentMut = lock.parse().context("parsing Cargo.lock")?;
+    let packages = lock["package"]
+        .as_array_of_tables()
+        .context("Cargo.lock has no [[package]]")?;
+    Ok(packages
+        .iter()
+        .map(|p| {
+            ["name", "version", "checksum"]
+                .map(|k| p.get(k).and_then(|v| v.as_str()).unwrap_or(""))
+                .join(" ")
+        })
+        .collect())
 }
 
 /// The product crates' dependencies in `vendor/<name>-<version>/` (`cargo vendor`), from the
@@ -329,13 +287,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lock_entries_name_version_checksum() {
+    fn lock_entries_name_version_checksum() -> Result<()> {
         let lock = "version = 4\n\n[[package]]\nname = \"a\"\nversion = \"1.0.0\"\n\
                     checksum = \"ab\"\n\n[[package]]\nname = \"b\"\nversion = \"0.1.0\"\n";
-        let entries = lock_entries(lock);
+        let entries = lock_entries(lock)?;
         assert!(entries.contains("a 1.0.0 ab"));
         assert!(entries.contains("b 0.1.0 "));
         assert_eq!(entries.len(), 2);
+        Ok(())
     }
 
     #[test]

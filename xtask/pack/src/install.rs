@@ -80,23 +80,29 @@ pub fn cli(args: Args) -> Result<()> {
     if wants(Component::Lib) {
         build::lib(&sh)?;
         let krate = ws.krate("libgdrapi")?;
-        let (major, _) = krate.major_minor()?;
-        let names = LibNames::new(&krate.version, major);
         let target = dest(&libdir);
-        install_lib(&sh, &ws, &target, &names)?;
+        let real = install_lib(&sh, &ws, &target, &krate.version, krate.major_minor()?.0)?;
         let prefix = args.prefix.to_string_lossy();
         let pc_libdir = match libdir.strip_prefix(&args.prefix) {
             Ok(rel) => format!("${{prefix}}/{}", rel.display()),
             Err(_) => libdir.display().to_string(),
         };
-        let pc = pkg_config(&prefix, &pc_libdir, &krate.version)?;
+        let pc = stage::template(
+            &paths::root().join("libgdrapi/gdrapi.pc.in"),
+            &[
+                ("PREFIX", &prefix),
+                ("LIBDIR", &pc_libdir),
+                ("INCLUDEDIR", "${prefix}/include"),
+                ("VERSION", &krate.version),
+            ],
+        )?;
         files::put_text(&target.join("pkgconfig/gdrapi.pc"), &pc, 0o644)?;
         files::put_file(
             &paths::root().join("libgdrapi/include/gdrapi.h"),
             &dest(&args.prefix.join("include/gdrapi.h")),
             0o644,
         )?;
-        report(&target.join(&names.real));
+        println!("{}", real.display());
         if live {
             refresh_linker_cache(&sh);
         }
@@ -107,7 +113,7 @@ pub fn cli(args: Args) -> Result<()> {
         let bindir = dest(&args.prefix.join("bin"));
         install_exes(&sh, &ws, bins, &bindir)?;
         for bin in bins {
-            report(&bindir.join(bin));
+            println!("{}", bindir.join(bin).display());
         }
     }
     if wants(Component::Driver) {
@@ -132,14 +138,14 @@ fn install_driver(sh: &Shell, args: &Args, dest: &dyn Fn(&Path) -> PathBuf) -> R
     let ko = build::driver(sh, &args.kernel)?;
     let modules = dest(Path::new("/lib/modules")).join(&release).join("extra");
     files::put_file(&ko, &modules.join("mtgdrdrv.ko"), 0o644)?;
-    report(&modules.join("mtgdrdrv.ko"));
+    println!("{}", modules.join("mtgdrdrv.ko").display());
     let debian = paths::root().join("debian");
     let rules = dest(&args.prefix.join("lib/udev/rules.d/60-mtgdrdrv.rules"));
     files::put_file(&debian.join("60-mtgdrdrv.rules"), &rules, 0o644)?;
-    report(&rules);
+    println!("{}", rules.display());
     let softdep = dest(&args.prefix.join("lib/modprobe.d/mtgdrdrv.conf"));
     files::put_file(&debian.join("mtgdrdrv.modprobe.conf"), &softdep, 0o644)?;
-    report(&softdep);
+    println!("{}", softdep.display());
     if live {
         cmd!(sh, "depmod -a {release}")
             .run()
@@ -153,65 +159,33 @@ fn install_driver(sh: &Shell, args: &Args, dest: &dyn Fn(&Path) -> PathBuf) -> R
 }
 
 fn refresh_linker_cache(sh: &Shell) {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .map(|u| u.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false);
-    if !root {
-        eprintln!("xtask: not root, so ld.so.cache was not refreshed; run `ldconfig` as root");
-        return;
-    }
-    if let Err(e) = cmd!(sh, "ldconfig").run() {
-        eprintln!("xtask: ldconfig failed ({e}); run it by hand");
-    }
-}
-
-fn report(path: &Path) {
-    println!("{}", path.display());
-}
-
-/// File names of the shared library: real name, soname, link name.
-struct LibNames {
-    pub real: String,
-    pub soname: String,
-    pub link: String,
-}
-
-impl LibNames {
-    fn new(version: &str, major: u32) -> LibNames {
-        LibNames {
-            real: format!("libgdrapi.so.{version}"),
-            soname: format!("libgdrapi.so.{major}"),
-            link: "libgdrapi.so".into(),
-        }
+    // ldconfig fails unless run as root, which its message says.
+    if let Err(e) = cmd!(sh, "ldconfig").quiet().run() {
+        eprintln!("xtask: ld.so.cache was not refreshed ({e}); run `ldconfig` as root");
     }
 }
 
 /// The shared library (stripped like dh_strip does, mode 0644 as Debian policy wants), its two
 /// links and the static library (debug info stripped) into `libdir`.
-fn install_lib(sh: &Shell, ws: &Workspace, libdir: &Path, names: &LibNames) -> Result<()> {
-    fs::create_dir_all(libdir).with_context(|| format!("creating {}", libdir.display()))?;
+fn install_lib(
+    sh: &Shell,
+    ws: &Workspace,
+    libdir: &Path,
+    version: &str,
+    major: u32,
+) -> Result<PathBuf> {
     let release = ws.release_dir();
-    let real = libdir.join(&names.real);
-    let built = release.join("libgdrapi.so");
-    strip(sh, ws)?
-        .args([
-            "--remove-section=.comment",
-            "--remove-section=.note",
-            "--strip-unneeded",
-        ])
-        .arg("-o")
-        .args([&real, &built])
+    let real = format!("libgdrapi.so.{version}");
+    let soname = format!("libgdrapi.so.{major}");
+    let (built, installed) = (release.join("libgdrapi.so"), libdir.join(&real));
+    files::parent_of(&installed)?;
+    cmd!(sh, "strip --remove-section=.comment --remove-section=.note --strip-unneeded -o {installed} {built}")
         .quiet()
         .run()
         .context("stripping libgdrapi.so (binutils)")?;
-    files::set_mode(&real, 0o644)?;
-    files::put_symlink(&names.real, &libdir.join(&names.soname))?;
-    files::put_symlink(&names.soname, &libdir.join(&names.link))?;
+    files::set_mode(&installed, 0o644)?;
+    files::put_symlink(&real, &libdir.join(&soname))?;
+    files::put_symlink(&soname, &libdir.join("libgdrapi.so"))?;
     // The static library as the package has it: only the gdr_* symbols global.
     let archive = libdir.join("libgdrapi.a");
     let reduced = xtask_base::paths::build_dir().join("libgdrapi.a.reduced");
@@ -221,34 +195,12 @@ fn install_lib(sh: &Shell, ws: &Workspace, libdir: &Path, names: &LibNames) -> R
         .quiet()
         .run()
         .context("reducing libgdrapi.a to the gdr_* symbols")?;
-    let built = reduced;
-    strip(sh, ws)?
-        .args([
-            "--strip-debug",
-            "--remove-section=.comment",
-            "--remove-section=.note",
-            "--enable-deterministic-archives",
-            "-o",
-        ])
-        .args([&archive, &built])
+    cmd!(sh, "strip --strip-debug --remove-section=.comment --remove-section=.note --enable-deterministic-archives -o {archive} {reduced}")
         .quiet()
         .run()
         .context("stripping libgdrapi.a (binutils)")?;
-    files::set_mode(&archive, 0o644)
-}
-
-/// gdrapi.pc for a library installed in `libdir` (may use `${prefix}`) with headers in
-/// `<prefix>/include`.
-fn pkg_config(prefix: &str, libdir: &str, version: &str) -> Result<String> {
-    stage::template(
-        &paths::root().join("libgdrapi/gdrapi.pc.in"),
-        &[
-            ("PREFIX", prefix),
-            ("LIBDIR", libdir),
-            ("INCLUDEDIR", "${prefix}/include"),
-            ("VERSION", version),
-        ],
-    )
+    files::set_mode(&archive, 0o644)?;
+    Ok(installed)
 }
 
 /// The programs of mtgdrcopy-tests, stripped, into `bindir`.
@@ -257,22 +209,14 @@ fn install_exes(sh: &Shell, ws: &Workspace, bins: &[String], bindir: &Path) -> R
     for name in bins {
         let built = ws.release_dir().join(name);
         let to = bindir.join(name);
-        strip(sh, ws)?
-            .args(["--remove-section=.comment", "--remove-section=.note", "-o"])
-            .args([&to, &built])
-            .quiet()
-            .run()
-            .with_context(|| format!("stripping {name} (binutils)"))?;
+        cmd!(
+            sh,
+            "strip --remove-section=.comment --remove-section=.note -o {to} {built}"
+        )
+        .quiet()
+        .run()
+        .with_context(|| format!("stripping {name} (binutils)"))?;
         files::set_mode(&to, 0o755)?;
     }
     Ok(())
-}
-
-/// `strip` for the packages' architecture: the cross binutils (in the toolchain chroot, on the
-/// same paths) when cross-building.
-fn strip<'a>(sh: &'a Shell, ws: &Workspace) -> Result<xshell::Cmd<'a>> {
-    match ws.target {
-        Some(target) => xtask_base::cross::binutil(sh, target, "strip"),
-        None => Ok(cmd!(sh, "strip")),
-    }
 }

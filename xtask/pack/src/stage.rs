@@ -13,7 +13,7 @@ use xtask_base::files::lock;
 use xtask_base::paths;
 use xtask_base::workspace::Workspace;
 
-use crate::debhelper::{self, Flavour, Scope};
+use crate::debhelper;
 
 /// The packages `cargo xtask deb-*` builds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,38 +87,6 @@ impl Package {
     }
 }
 
-/// The Debian architecture and multiarch tuple of the machine we build on (native builds only).
-#[derive(Clone, Copy, Debug)]
-pub struct Arch {
-    pub debian: &'static str,
-    pub multiarch: &'static str,
-}
-
-pub fn host_arch() -> Result<Arch> {
-    match std::env::consts::ARCH {
-        "x86_64" => Ok(Arch {
-            debian: "amd64",
-            multiarch: "x86_64-linux-gnu",
-        }),
-        "aarch64" => Ok(Arch {
-            debian: "arm64",
-            multiarch: "aarch64-linux-gnu",
-        }),
-        other => bail!("packaging for {other} is not set up (amd64 and arm64 are)"),
-    }
-}
-
-/// The architecture the packages of `ws` are built for: its cross target, else the machine's.
-pub fn package_arch(ws: &Workspace) -> Result<Arch> {
-    match ws.target {
-        Some(t) => Ok(Arch {
-            debian: t.debian,
-            multiarch: t.multiarch,
-        }),
-        None => host_arch(),
-    }
-}
-
 /// `cargo xtask build-<package>`.
 pub fn cli(packages: &[Package]) -> Result<()> {
     let sh = Shell::new()?;
@@ -133,105 +101,13 @@ pub fn cli(packages: &[Package]) -> Result<()> {
 pub fn stage_all(sh: &Shell, packages: &[Package]) -> Result<Vec<PathBuf>> {
     let ws = Workspace::load()?;
     let _lock = lock()?;
-    if packages.len() == 1 || packages.contains(&Package::Bundle) {
-        return packages.iter().map(|&p| stage(sh, &ws, p)).collect();
-    }
-    // Several split packages: one dpkg-buildpackage run makes them all.
-    debhelper::run(sh, &ws, Flavour::Split, Scope::All)?;
-    for &package in packages {
-        copy_trees(Flavour::Split, package)?;
-    }
+    debhelper::run(sh, &ws, packages)?;
     Ok(packages.iter().map(|p| p.tree()).collect())
-}
-
-/// The test step of `cargo xtask build-all` (the old `make build`): every package's tree is
-/// staged, with its `DEBIAN/` (the control file itself is written by deb.rs, last) and the
-/// documentation every package carries.
-pub fn build_all_test_step(sh: &Shell) -> Result<()> {
-    let trees = stage_all(sh, &Package::SPLIT)?;
-    anyhow::ensure!(trees.len() == Package::SPLIT.len(), "staged {trees:?}");
-    for (tree, package) in trees.iter().zip(Package::SPLIT) {
-        let doc = tree.join("usr/share/doc").join(package.deb_name());
-        anyhow::ensure!(
-            *tree == package.tree() && tree.join("DEBIAN").is_dir() && doc.is_dir(),
-            "build-all did not stage {} (with DEBIAN/ and {})",
-            package.tree().display(),
-            doc.display()
-        );
-    }
-    Ok(())
-}
-
-/// Stages `package` (building what it needs) and returns its tree. Callers hold [`lock`].
-pub fn stage(sh: &Shell, ws: &Workspace, package: Package) -> Result<PathBuf> {
-    let (flavour, scope) = debhelper::plan(package);
-    debhelper::run(sh, ws, flavour, scope)?;
-    copy_trees(flavour, package)?;
-    Ok(package.tree())
-}
-
-/// Copies the package's tree and its debug symbols' (where it has any) out of the tree
-/// dpkg-buildpackage ran in.
-pub fn copy_trees(flavour: Flavour, package: Package) -> Result<()> {
-    let debian = flavour.source_dir().join("debian");
-    let name = package.deb_name();
-    let pairs = [
-        (debian.join(name), package.tree()),
-        (
-            debian.join(".debhelper").join(name).join("dbgsym-root"),
-            package.dbgsym_tree(),
-        ),
-    ];
-    for (from, to) in pairs {
-        if to.exists() {
-            std::fs::remove_dir_all(&to).with_context(|| format!("removing {}", to.display()))?;
-        }
-        if from.exists() {
-            xtask_base::files::copy_path(&from, &to)?;
-        }
-    }
-    Ok(())
 }
 
 /// Where mtgdrdrv-dkms installs debian/scripts/mtgdrdrv-load, which decides whether mtgdrdrv
 /// may be loaded and loads it; the postinst runs it from there (`@LOAD_SCRIPT@`).
 pub const LOAD_SCRIPT: &str = "/usr/lib/mtgdrdrv/mtgdrdrv-load";
-
-/// mtgdrdrv-dkms's `script` (postinst, prerm) from debian/mtgdrdrv-dkms.<script>.in, as
-/// debian/rules makes it: the module's version and mtgdrdrv-load's path filled in; then what
-/// dh_installdeb does with the `#DEBHELPER#` line when no debhelper snippet applies (none does
-/// here): it goes.
-pub fn maintainer_script(script: &str, version: &str, load: &str) -> Result<String> {
-    let text = template(
-        &paths::root().join(format!("debian/mtgdrdrv-dkms.{script}.in")),
-        &[("VERSION", version), ("LOAD_SCRIPT", load)],
-    )?;
-    Ok(text
-        .lines()
-        .filter(|l| l.trim() != "#DEBHELPER#")
-        .map(|l| format!("{l}\n"))
-        .collect())
-}
-
-/// debian/libgdrapi.symbols: its path, its text and the symbols it lists, sorted.
-pub fn listed_symbols() -> Result<(PathBuf, String, Vec<String>)> {
-    let path = paths::root().join("debian/libgdrapi.symbols");
-    let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let listed = symbols_listed(&text);
-    Ok((path, text, listed))
-}
-
-/// The symbols a Debian symbols file lists (` name@Base version` lines), sorted.
-fn symbols_listed(symbols_file: &str) -> Vec<String> {
-    let mut names: Vec<String> = symbols_file
-        .lines()
-        .filter(|l| l.starts_with(' '))
-        .filter_map(|l| l.split_whitespace().next()?.strip_suffix("@Base"))
-        .map(str::to_owned)
-        .collect();
-    names.sort_unstable();
-    names
-}
 
 /// `path` with every `@KEY@` replaced; fails if a placeholder is left.
 pub fn template(path: &Path, values: &[(&str, &str)]) -> Result<String> {
@@ -256,18 +132,4 @@ pub fn template(path: &Path, values: &[(&str, &str)]) -> Result<String> {
         }
     }
     Ok(text)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn symbols_from_a_symbols_file() {
-        let file = "libgdrapi.so.1 libgdrapi #MINVER#\n\
-                    * Build-Depends-Package: libgdrapi\n \
-                    gdr_open@Base 1.0.0\n \
-                    gdr_close@Base 1.0.0\n";
-        assert_eq!(symbols_listed(file), ["gdr_close", "gdr_open"]);
-    }
 }

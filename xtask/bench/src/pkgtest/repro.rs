@@ -30,7 +30,7 @@ pub fn test_step(sh: &Shell, built: &[Built]) -> Result<()> {
     if tree.exists() {
         fs::remove_dir_all(&tree).with_context(|| format!("removing {}", tree.display()))?;
     }
-    dsc::copy_tracked(sh, &tree, &[])?;
+    dsc::copy_tracked(sh, &tree, ".", &[])?;
     let target = dir.join("target");
     {
         let _cwd = sh.push_dir(&tree);

@@ -89,7 +89,7 @@ pub fn cli(sh: &Shell) -> Result<()> {
     let ws = Workspace::load()?;
     let mut debs = Vec::new();
     for package in Package::SPLIT {
-        debs.push(xtask_pack::deb::build(sh, &ws, package)?);
+        debs.extend(xtask_pack::deb::build(sh, &ws, &[package])?);
     }
     test(sh, &debs)
 }

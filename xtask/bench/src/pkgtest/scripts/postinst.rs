@@ -12,12 +12,30 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::Command;
 
+use anyhow::Result;
+use xtask_base::paths;
 use xtask_pack::stage;
 
 const VERSION: &str = "0.1.0";
 const RUNNING: &str = "6.1.0-57-amd64";
 const OLDER: &str = "6.1.0-9-amd64";
 const NEWER: &str = "6.12.0-1-amd64";
+
+/// mtgdrdrv-dkms's `script` (postinst, prerm) from debian/mtgdrdrv-dkms.<script>.in, as
+/// debian/rules makes it: the module's version and mtgdrdrv-load's path filled in; then what
+/// dh_installdeb does with the `#DEBHELPER#` line when no debhelper snippet applies (none does
+/// here): it goes.
+fn maintainer_script(script: &str, version: &str, load: &str) -> Result<String> {
+    let text = stage::template(
+        &paths::root().join(format!("debian/mtgdrdrv-dkms.{script}.in")),
+        &[("VERSION", version), ("LOAD_SCRIPT", load)],
+    )?;
+    Ok(text
+        .lines()
+        .filter(|l| l.trim() != "#DEBHELPER#")
+        .map(|l| format!("{l}\n"))
+        .collect())
+}
 
 /// dkms: `add` and `remove` register and unregister (a file), `status` prints the registration,
 /// `install -k K` exits with the status in exit/K (default 0) and on failure writes K's make.log
@@ -140,7 +158,7 @@ impl Fake {
     fn run(&self, script: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
         let path = self.dir.join(script);
         let load = self.dir.join("bin/mtgdrdrv-load");
-        let text = stage::maintainer_script(script, VERSION, load.to_str().unwrap()).unwrap();
+        let text = maintainer_script(script, VERSION, load.to_str().unwrap()).unwrap();
         fs::write(&path, text).unwrap();
         let _ = fs::remove_file(self.dir.join("calls"));
         let mut command = Command::new("sh");
@@ -462,7 +480,7 @@ fn templates_are_debhelper_scripts() {
         assert_eq!(lines.iter().filter(|l| **l == "#DEBHELPER#").count(), 1);
         assert_eq!(lines.last(), Some(&"exit 0"), "{script}.in");
         assert!(at.unwrap() < lines.len() - 1);
-        let filled = stage::maintainer_script(script, VERSION, "/x/load").unwrap();
+        let filled = maintainer_script(script, VERSION, "/x/load").unwrap();
         assert!(!filled.contains("#DEBHELPER#"), "{script}: {filled}");
     }
 }

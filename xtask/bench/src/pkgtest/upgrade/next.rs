@@ -10,7 +10,7 @@ use xshell::{cmd, Shell};
 use super::{version, Deb};
 use xtask_base::workspace::Workspace;
 use xtask_base::{files, paths};
-use xtask_pack::stage::{self, Package};
+use xtask_pack::stage::Package;
 
 /// The next release: this tree's tracked files in build/upgrade/next/ with the driver's patch
 /// and the library line's minor bumped and a changelog entry each, built by that copy's own
@@ -227,7 +227,7 @@ fn keep_mtime(path: &Path, modified: std::time::SystemTime) -> Result<()> {
 pub(super) fn fake_next_major(sh: &Shell, lib_version: &str) -> Result<Deb> {
     let (major, _) = major_minor(lib_version)?;
     let version = format!("{}.0.0-1", major + 1);
-    let arch = stage::host_arch()?.debian;
+    let arch = crate::pkgtest::host_arch()?.debian;
     let dir = paths::build_dir().join("upgrade/next-major");
     let tree = dir.join("tree");
     files::fresh_dir(&tree)?;
