@@ -9,7 +9,13 @@ use anyhow::{ensure, Context, Result};
 
 use crate::paths;
 
-pub use crate::deb822::{parse, Paragraph};
+pub use deb822_fast::Paragraph;
+
+/// The paragraphs of a deb822 text (fields by name, case-insensitively; continuation lines
+/// joined with `\n`, their indentation dropped; `#` comments skipped).
+pub fn parse(text: &str) -> Result<Vec<Paragraph>> {
+    Ok(text.parse::<deb822_fast::Deb822>()?.into_iter().collect())
+}
 
 /// `debian/control`: the source paragraph and the binary packages'.
 #[derive(Clone, Debug)]
@@ -76,6 +82,29 @@ pub fn revision() -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the callers rely on: comments skipped, names case-insensitive, continuation lines
+    /// joined, paragraphs split at blank lines.
+    #[test]
+    fn paragraphs_fields_and_continuations() -> Result<()> {
+        let text = "# comment\nSource: x\nMaintainer: A <a@b.c>\n\n\n\
+                    License: ISC\n Permission\n .\n THE SOFTWARE\n# inside\nComment: c\n";
+        let paragraphs = parse(text)?;
+        assert_eq!(paragraphs.len(), 2);
+        assert_eq!(paragraphs[0].get("maintainer"), Some("A <a@b.c>"));
+        assert_eq!(
+            paragraphs[1].get("License"),
+            Some("ISC\nPermission\n.\nTHE SOFTWARE")
+        );
+        assert_eq!(paragraphs[1].get("Comment"), Some("c"));
+        Ok(())
+    }
+
+    #[test]
+    fn syntax_errors_are_refused() {
+        assert!(parse(" stray\n").is_err());
+        assert!(parse("Files *\n").is_err());
+    }
 
     #[test]
     fn versions_from_changelogs() {

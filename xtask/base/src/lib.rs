@@ -6,7 +6,6 @@ pub mod build;
 pub mod cargo;
 pub mod chroot;
 pub mod cross;
-pub mod deb822;
 pub mod debian;
 pub mod files;
 pub mod generated;

@@ -23,7 +23,7 @@ use anyhow::{ensure, Context, Result};
 use xshell::{cmd, Shell};
 
 use xtask_base::workspace::Workspace;
-use xtask_base::{chroot, deb822, files, paths};
+use xtask_base::{chroot, debian, files, paths};
 
 use crate::deb;
 
@@ -82,7 +82,7 @@ pub fn build(sh: &Shell) -> Result<SourcePackage> {
         .quiet()
         .read()
         .context("dpkg-parsechangelog (package dpkg-dev) failed on debian/changelog")?;
-    let entry = deb822::parse(&entry)?
+    let entry = debian::parse(&entry)?
         .into_iter()
         .next()
         .context("dpkg-parsechangelog printed no entry")?;

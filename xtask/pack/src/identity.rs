@@ -12,7 +12,7 @@ use anyhow::{bail, ensure, Context, Result};
 use toml_edit::{DocumentMut, Value};
 
 use xtask_base::generated::Generated;
-use xtask_base::{deb822, paths};
+use xtask_base::{debian, paths};
 
 use crate::versions::{self, Tree};
 
@@ -36,10 +36,10 @@ pub fn identity() -> Result<Identity> {
 }
 
 fn parse(control: &str) -> Result<Identity> {
-    let paragraphs = deb822::parse(control)?;
+    let paragraphs = debian::parse(control)?;
     let source = paragraphs
         .first()
-        .filter(|p| p.has("Source"))
+        .filter(|p| p.get("Source").is_some())
         .context("the first paragraph is not the Source paragraph")?;
     let field = |name: &str| -> Result<String> {
         match source.get(name) {

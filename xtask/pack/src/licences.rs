@@ -70,7 +70,7 @@ mod tests {
 
     use std::collections::BTreeSet;
 
-    use xtask_base::{deb822, paths};
+    use xtask_base::{debian, paths};
 
     /// The committed file: every licence given once, valid for dpkg's parser, header from
     /// debian/control.
@@ -78,7 +78,7 @@ mod tests {
     fn the_committed_copyright_is_valid() {
         let path = paths::root().join("debian/copyright");
         let text = fs::read_to_string(&path).unwrap();
-        let paragraphs = deb822::parse(&text).unwrap();
+        let paragraphs = debian::parse(&text).unwrap();
         let header = &paragraphs[0];
         let id = crate::identity::identity().unwrap();
         assert_eq!(header.get("Upstream-Contact"), Some(id.maintainer.as_str()));
@@ -86,8 +86,9 @@ mod tests {
         assert!(text.contains("\nFiles: vendor/libloading-"));
         // Each short name the Files paragraphs use has exactly one standalone License
         // paragraph, and no other has one, as lintian checks (here also without lintian).
-        let (files, standalone): (Vec<_>, Vec<_>) =
-            paragraphs[1..].iter().partition(|p| p.has("Files"));
+        let (files, standalone): (Vec<_>, Vec<_>) = paragraphs[1..]
+            .iter()
+            .partition(|p| p.get("Files").is_some());
         let mut given: Vec<&str> = standalone
             .iter()
             .map(|p| p.get("License").unwrap().split_once('\n').unwrap().0)
@@ -123,7 +124,7 @@ mod tests {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let count = deb822::parse(&text).unwrap().len();
+        let count = debian::parse(&text).unwrap().len();
         assert_eq!(String::from_utf8_lossy(&out.stdout), count.to_string());
     }
 
@@ -170,7 +171,7 @@ mod tests {
         );
         write("mtgdrdrv/kmod/mtgdrdrv.c", "x\n");
         write("README.md", "x\n");
-        for p in deb822::parse(&copyright).unwrap() {
+        for p in debian::parse(&copyright).unwrap() {
             for pattern in p.get("Files").unwrap_or("").split_whitespace() {
                 if let Some(dir) = pattern.strip_prefix("vendor/") {
                     write(

@@ -150,7 +150,7 @@ fn contents(sh: &Shell, deb: &Path) -> Result<Contents> {
         .with_context(|| format!("dpkg-deb --field {}", deb.display()))?;
     let mut fields = BTreeMap::new();
     for p in debian::parse(&control)? {
-        for (name, value) in p.fields {
+        for (name, value) in p {
             fields.insert(name, value);
         }
     }

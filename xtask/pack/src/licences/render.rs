@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use anyhow::{bail, ensure, Context, Result};
 
 use super::{spdx, Dep, Usage};
-use xtask_base::deb822;
+use xtask_base::debian;
 use xtask_base::paths::PRODUCTS;
 
 use crate::identity::Identity;
@@ -44,11 +44,11 @@ pub(super) fn copyright(current: &str, identity: &Identity, deps: &[Dep]) -> Res
     let hand = set_header(hand, identity)?;
     // The short names the hand-written part gives a standalone License paragraph (lintian
     // compares them case-insensitively): not to be given twice.
-    let given: Vec<String> = deb822::parse(&hand)
+    let given: Vec<String> = debian::parse(&hand)
         .context("debian/copyright")?
         .iter()
         .skip(1)
-        .filter(|p| !p.has("Files"))
+        .filter(|p| p.get("Files").is_none())
         .filter_map(|p| p.get("License")?.split_once('\n'))
         .map(|(name, _)| name.trim().to_lowercase())
         .collect();
@@ -62,7 +62,7 @@ pub(super) fn copyright(current: &str, identity: &Identity, deps: &[Dep]) -> Res
         out.push('\n');
         out.push_str(after);
     }
-    deb822::parse(&out).context("the generated debian/copyright")?;
+    debian::parse(&out).context("the generated debian/copyright")?;
     Ok(out)
 }
 
@@ -142,7 +142,7 @@ fn block(deps: &[Dep], given: &[String]) -> Result<String> {
                 body.extend_from_slice(lines);
             }
         }
-        paragraphs.push(format!("License: {name}{}", deb822::continuation(body)));
+        paragraphs.push(format!("License: {name}{}", continuation(body)));
     }
     Ok(paragraphs.join("\n\n") + "\n")
 }
@@ -174,7 +174,7 @@ fn files_paragraph(dep: &Dep, expression: &str) -> String {
 /// A field whose value is `lines`, the first on the field's line.
 fn field(name: &str, lines: &[String]) -> String {
     match lines.split_first() {
-        Some((first, rest)) => format!("{name}: {first}{}", deb822::continuation(rest)),
+        Some((first, rest)) => format!("{name}: {first}{}", continuation(rest)),
         None => format!("{name}:"),
     }
 }
@@ -221,9 +221,35 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
     lines
 }
 
+/// A multi-line field value as deb822 writes it: continuation lines indented by one space, an
+/// empty line as ` .`, no trailing whitespace, tabs expanded (lintian: tab-in-license-text).
+fn continuation(lines: impl IntoIterator<Item = impl AsRef<str>>) -> String {
+    let mut out = String::new();
+    for line in lines {
+        let line = line.as_ref().replace('\t', "        ");
+        let line = line.trim_end();
+        out.push('\n');
+        if line.is_empty() {
+            out.push_str(" .");
+        } else {
+            out.push(' ');
+            out.push_str(line);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn continuation_lines_round_trip() {
+        let value = format!("ISC{}", continuation(["a\tb ", "", "c"]));
+        assert_eq!(value, "ISC\n a        b\n .\n c");
+        let parsed = debian::parse(&format!("License: {value}\n")).unwrap();
+        assert_eq!(parsed[0].get("License"), Some("ISC\na        b\n.\nc"));
+    }
 
     fn dep(name: &str, version: &str, license: &str, usage: Usage) -> Dep {
         Dep {
