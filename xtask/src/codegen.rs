@@ -9,8 +9,8 @@
 //!   debian/control (identity.rs).
 //! - The third-party part of debian/copyright, from Cargo.lock (licences.rs).
 
+use fs_err as fs;
 use std::fmt::Write as _;
-use std::fs;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
@@ -41,10 +41,9 @@ pub fn run(check: bool) -> Result<()> {
     }
     for file in stale {
         if let Some(dir) = file.path.parent() {
-            fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            fs::create_dir_all(dir)?;
         }
-        fs::write(&file.path, &file.contents)
-            .with_context(|| format!("writing {}", file.path.display()))?;
+        fs::write(&file.path, &file.contents)?;
         eprintln!("codegen: wrote {}", file.path.display());
     }
     Ok(())

@@ -23,7 +23,7 @@
 //! SHA256SUMS and RELEASE-NOTES.md (the newest changelog entry of each package). The release
 //! workflow attaches exactly that directory.
 
-use std::fs;
+use fs_err as fs;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -270,10 +270,10 @@ fn write_dist(
                 continue;
             };
             if name.starts_with(&dbgsym) && name.ends_with(".deb") {
-                fs::copy(&path, dist.join(&name)).with_context(|| format!("copying {name}"))?;
+                fs::copy(&path, dist.join(&name))?;
                 names.push(name);
             } else if name.starts_with(&prefix) && name.ends_with(".deb") {
-                fs::copy(&path, dist.join(&name)).with_context(|| format!("copying {name}"))?;
+                fs::copy(&path, dist.join(&name))?;
                 names.push(name);
                 found = true;
             }
@@ -288,7 +288,7 @@ fn write_dist(
             .and_then(|n| n.to_str())
             .context("a source package file has no name")?
             .to_owned();
-        fs::copy(path, dist.join(&name)).with_context(|| format!("copying {name}"))?;
+        fs::copy(path, dist.join(&name))?;
         names.push(name);
     }
     names.sort();

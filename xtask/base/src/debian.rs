@@ -2,7 +2,7 @@
 //! from it): `debian/control` (names, Build-Depends, maintainer, homepage) and
 //! `debian/changelog` (the revision).
 
-use std::fs;
+use fs_err as fs;
 use std::path::Path;
 
 use anyhow::{ensure, Context, Result};
@@ -30,8 +30,7 @@ impl Control {
     }
 
     pub fn read(path: &Path) -> Result<Control> {
-        let text =
-            fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let text = fs::read_to_string(path)?;
         Control::parse(&text).with_context(|| format!("parsing {}", path.display()))
     }
 
@@ -70,7 +69,7 @@ pub fn changelog_version(changelog: &str) -> Option<&str> {
 /// version is its crate's version with this revision.
 pub fn revision() -> Result<String> {
     let path = paths::root().join("debian/changelog");
-    let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let text = fs::read_to_string(&path)?;
     let version = changelog_version(&text)
         .with_context(|| format!("{}: no version in the first line", path.display()))?;
     let (_, revision) = version

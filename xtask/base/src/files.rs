@@ -1,7 +1,7 @@
 //! Plain-file helpers: fresh directories, files put with a mode, symbolic links, copies of
 //! trees, and the locks that keep two xtask processes from writing the same files.
 
-use std::fs;
+use fs_err as fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -39,7 +39,7 @@ pub fn lock_file(path: &Path, doing: &str) -> Result<fs::File> {
 /// compile probes) and nothing a build leaves behind; files already there with the same content
 /// are left alone.
 pub fn copy_module_sources(from: &Path, to: &Path) -> Result<()> {
-    for entry in fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
+    for entry in fs::read_dir(from)? {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy().into_owned();
         let path = entry.path();
@@ -70,21 +70,23 @@ pub fn copy_module_sources(from: &Path, to: &Path) -> Result<()> {
 
 pub fn fresh_dir(dir: &Path) -> Result<()> {
     if dir.exists() {
-        fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
+        fs::remove_dir_all(dir)?;
     }
-    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
+    Ok(fs::create_dir_all(dir)?)
 }
 
 pub fn parent_of(path: &Path) -> Result<()> {
     if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        fs::create_dir_all(dir)?;
     }
     Ok(())
 }
 
 pub fn set_mode(path: &Path, mode: u32) -> Result<()> {
-    fs::set_permissions(path, fs::Permissions::from_mode(mode))
-        .with_context(|| format!("setting the mode of {}", path.display()))
+    Ok(fs::set_permissions(
+        path,
+        std::fs::Permissions::from_mode(mode),
+    )?)
 }
 
 pub fn put_file(from: &Path, to: &Path, mode: u32) -> Result<()> {
@@ -92,14 +94,13 @@ pub fn put_file(from: &Path, to: &Path, mode: u32) -> Result<()> {
     if to.is_symlink() || to.exists() {
         fs::remove_file(to).with_context(|| format!("replacing {}", to.display()))?;
     }
-    fs::copy(from, to)
-        .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+    fs::copy(from, to)?;
     set_mode(to, mode)
 }
 
 pub fn put_text(to: &Path, text: &str, mode: u32) -> Result<()> {
     parent_of(to)?;
-    fs::write(to, text).with_context(|| format!("writing {}", to.display()))?;
+    fs::write(to, text)?;
     set_mode(to, mode)
 }
 
@@ -116,7 +117,7 @@ pub fn files(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut found = Vec::new();
     let mut dirs = vec![dir.to_path_buf()];
     while let Some(dir) = dirs.pop() {
-        for entry in fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+        for entry in fs::read_dir(&dir)? {
             let entry = entry?;
             let kind = entry.file_type()?;
             if kind.is_dir() {

@@ -24,7 +24,7 @@
 //!   name, like upstream's `gdrcopy`), so its revision is `<revision>+bundle`: an upgrade from
 //!   the split install, and a distinct file in build/.
 
-use std::fs;
+use fs_err as fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -142,7 +142,7 @@ fn collect(sh: &Shell, ws: &Workspace, debs: &[PathBuf], package: Package) -> Re
     let into_build = |from: &Path, name: &str| -> Result<PathBuf> {
         let to = paths::build_dir().join(from.file_name().context("a .deb has no name")?);
         remove_old_debs(name, &architecture, &to)?;
-        fs::rename(from, &to).with_context(|| format!("moving {} to build/", from.display()))?;
+        fs::rename(from, &to)?;
         Ok(to)
     };
     let path = into_build(&made, name)?;
@@ -181,7 +181,7 @@ pub fn upstream_version(version: &str) -> String {
 /// architecture stay: amd64 and arm64 packages are built side by side).
 fn remove_old_debs(name: &str, architecture: &str, keep: &Path) -> Result<()> {
     let dir = keep.parent().context("a .deb path has no directory")?;
-    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    fs::create_dir_all(dir)?;
     let prefix = format!("{name}_");
     let bundle = keep.to_string_lossy().contains("+bundle_");
     for entry in fs::read_dir(dir)? {
@@ -196,7 +196,7 @@ fn remove_old_debs(name: &str, architecture: &str, keep: &Path) -> Result<()> {
             && is_bundle == bundle
             && path != keep
         {
-            fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
+            fs::remove_file(&path)?;
         }
     }
     Ok(())

@@ -10,7 +10,7 @@
 //! `build/`. A cross build runs dpkg-buildpackage in the toolchain chroot (cross.rs), whose dpkg
 //! knows the arm64 libraries that dh_shlibdeps resolves.
 
-use std::fs;
+use fs_err as fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{ensure, Context, Result};
@@ -100,7 +100,7 @@ pub fn run(sh: &Shell, ws: &Workspace, packages: &[Package]) -> Result<Vec<PathB
     .context("running dpkg-buildpackage (install debhelper and dpkg-dev)")?;
     let mut text = output.stdout;
     text.extend_from_slice(&output.stderr);
-    fs::write(&log, &text).with_context(|| format!("writing {}", log.display()))?;
+    fs::write(&log, &text)?;
     ensure!(
         output.status.success(),
         "dpkg-buildpackage failed (whole log: {}):\n{}",
@@ -118,7 +118,7 @@ pub fn run(sh: &Shell, ws: &Workspace, packages: &[Package]) -> Result<Vec<PathB
             (dbgsym, package.dbgsym_tree()),
         ] {
             if to.exists() {
-                fs::remove_dir_all(&to).with_context(|| format!("removing {}", to.display()))?;
+                fs::remove_dir_all(&to)?;
             }
             if from.exists() {
                 files::copy_path(sh, &from, &to)?;
@@ -127,7 +127,7 @@ pub fn run(sh: &Shell, ws: &Workspace, packages: &[Package]) -> Result<Vec<PathB
     }
     // The .debs, which deb.rs picks by name (`out` is made fresh for each run).
     let mut debs = Vec::new();
-    for entry in fs::read_dir(&out).with_context(|| format!("reading {}", out.display()))? {
+    for entry in fs::read_dir(&out)? {
         debs.extend(Some(entry?.path()).filter(|p| p.extension().is_some_and(|e| e == "deb")));
     }
     Ok(debs)
@@ -145,7 +145,7 @@ fn tail(text: &str, n: usize) -> String {
 fn bundle_debian_dir(debian: &Path) -> Result<()> {
     let read = |name: &str| {
         let path = debian.join(name);
-        fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
+        fs::read_to_string(&path)
     };
     let control = read("control")?;
     let source = control

@@ -15,8 +15,8 @@
 //! Its test, building the binary packages from it as a Debian build daemon would (`--check`,
 //! and a step of `cargo xtask test`), is the test bench's: xtask-bench's pkgtest/source.rs.
 
+use fs_err as fs;
 use std::collections::BTreeSet;
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{ensure, Context, Result};
@@ -157,7 +157,7 @@ pub fn copy_tracked(sh: &Shell, dir: &Path, under: &str, left_out: &[&str]) -> R
         // A tracked file deleted in the working tree is not part of what is built.
         .filter(|f| fs::symlink_metadata(root.join(f)).is_ok())
         .collect();
-    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    fs::create_dir_all(dir)?;
     cmd!(sh, "cp --parents -t {dir} -- {files...}")
         .quiet()
         .run()
@@ -255,8 +255,7 @@ fn prune_prebuilt(vendor: &Path) -> Result<()> {
     for entry in fs::read_dir(vendor)? {
         let krate = entry?.path();
         let sums_path = krate.join(".cargo-checksum.json");
-        let text = fs::read_to_string(&sums_path)
-            .with_context(|| format!("reading {}", sums_path.display()))?;
+        let text = fs::read_to_string(&sums_path)?;
         let mut sums: serde_json::Value = serde_json::from_str(&text)
             .with_context(|| format!("parsing {}", sums_path.display()))?;
         let files = sums["files"]
@@ -269,10 +268,9 @@ fn prune_prebuilt(vendor: &Path) -> Result<()> {
         for file in &doomed {
             files.remove(file);
             let path = krate.join(file);
-            fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
+            fs::remove_file(&path)?;
         }
-        fs::write(&sums_path, serde_json::to_string(&sums)?)
-            .with_context(|| format!("writing {}", sums_path.display()))?;
+        fs::write(&sums_path, serde_json::to_string(&sums)?)?;
         eprintln!(
             "    vendor/{}: left out {}",
             krate.file_name().unwrap_or_default().to_string_lossy(),

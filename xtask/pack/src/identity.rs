@@ -5,7 +5,7 @@
 //! `release-check` refuses a placeholder (example.org, *.invalid, ...) in debian/control, the
 //! crates' manifests and the changelogs' newest trailers.
 
-use std::fs;
+use fs_err as fs;
 use std::path::Path;
 
 use anyhow::{bail, ensure, Context, Result};
@@ -106,8 +106,7 @@ fn placeholders(text: &str) -> Vec<(&str, String)> {
 /// that release-check's freshness check holds equal to it.
 pub fn placeholder_findings(tree: &Tree) -> Result<Vec<String>> {
     let root = paths::root();
-    let control =
-        fs::read_to_string(root.join("debian/control")).context("reading debian/control")?;
+    let control = fs::read_to_string(root.join("debian/control"))?;
     let mut texts = vec![("debian/control".to_string(), control)];
     let changelogs = tree
         .packages
@@ -142,7 +141,7 @@ pub fn placeholder_findings(tree: &Tree) -> Result<Vec<String>> {
 /// is the homepage.
 pub fn cargo_manifest(root: &Path, identity: &Identity) -> Result<Generated> {
     let path = root.join("Cargo.toml");
-    let text = fs::read_to_string(&path).context("reading Cargo.toml")?;
+    let text = fs::read_to_string(&path)?;
     let contents = set_repository(&text, &identity.homepage).context("Cargo.toml")?;
     Ok(Generated { path, contents })
 }

@@ -13,7 +13,7 @@
 //!   into `<prefix>/lib/modprobe.d` (udev, and kmod from Debian 12 on, read both under /usr/local/lib
 //!   too). Without `--destdir` it needs a kernel that can load modules.
 
-use std::fs;
+use fs_err as fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{ensure, Context, Result};
@@ -205,7 +205,7 @@ fn install_lib(
 
 /// The programs of mtgdrcopy-tests, stripped, into `bindir`.
 fn install_exes(sh: &Shell, ws: &Workspace, bins: &[String], bindir: &Path) -> Result<()> {
-    fs::create_dir_all(bindir).with_context(|| format!("creating {}", bindir.display()))?;
+    fs::create_dir_all(bindir)?;
     for name in bins {
         let built = ws.release_dir().join(name);
         let to = bindir.join(name);

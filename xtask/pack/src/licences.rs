@@ -16,10 +16,10 @@ mod crates;
 mod render;
 mod spdx;
 
-use std::fs;
+use fs_err as fs;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use xtask_base::generated::Generated;
 
@@ -31,7 +31,7 @@ use render::copyright;
 /// debian/copyright with its generated part and header fields up to date.
 pub fn generate(root: &Path, identity: &Identity) -> Result<Generated> {
     let path = root.join("debian/copyright");
-    let current = fs::read_to_string(&path).context("reading debian/copyright")?;
+    let current = fs::read_to_string(&path)?;
     let all = metadata(root, None)?;
     let per_target = TARGETS
         .iter()

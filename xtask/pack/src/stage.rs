@@ -3,10 +3,10 @@
 //! holds; `build/pkg/<package>-dbgsym/` holds the debug symbols split off its ELF files. They
 //! are the trees debhelper assembled for the .debs (debhelper.rs), copied out.
 
-use std::fs;
+use fs_err as fs;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use xshell::Shell;
 
 use xtask_base::files::lock;
@@ -111,8 +111,7 @@ pub const LOAD_SCRIPT: &str = "/usr/lib/mtgdrdrv/mtgdrdrv-load";
 
 /// `path` with every `@KEY@` replaced; fails if a placeholder is left.
 pub fn template(path: &Path, values: &[(&str, &str)]) -> Result<String> {
-    let mut text =
-        fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut text = fs::read_to_string(path)?;
     for (key, value) in values {
         text = text.replace(&format!("@{key}@"), value);
     }

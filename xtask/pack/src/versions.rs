@@ -15,10 +15,9 @@
 //!   version (`deb-*` refuses otherwise, through [`changelog_entry`]), and debian/changelog
 //!   with the release's.
 
-use std::fs;
-use std::path::Path;
+use fs_err as fs;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 
 use xtask_base::paths;
 use xtask_base::workspace::Workspace;
@@ -40,10 +39,6 @@ pub struct Tree {
     pub workspace_manifest: String,
 }
 
-fn read(path: &Path) -> Result<String> {
-    fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
-}
-
 impl Tree {
     pub fn load(ws: &Workspace) -> Result<Tree> {
         let root = paths::root();
@@ -54,15 +49,15 @@ impl Tree {
         let mut packages = Vec::new();
         for package in Package::SPLIT.into_iter().chain([Package::Bundle]) {
             let version = crate::deb::package_version(ws, package)?;
-            let changelog = read(&package.changelog())?;
+            let changelog = fs::read_to_string(package.changelog())?;
             packages.push((package, version, changelog));
         }
         Ok(Tree {
             crates,
             packages,
-            source_changelog: read(&root.join("debian/changelog"))?,
-            dkms_template: read(&root.join("dkms/dkms.conf.in"))?,
-            workspace_manifest: read(&root.join("Cargo.toml"))?,
+            source_changelog: fs::read_to_string(root.join("debian/changelog"))?,
+            dkms_template: fs::read_to_string(root.join("dkms/dkms.conf.in"))?,
+            workspace_manifest: fs::read_to_string(root.join("Cargo.toml"))?,
         })
     }
 

@@ -4,11 +4,11 @@
 //! and the C/C++ header test with `_Static_assert`/`static_assert`. The opening comment is the
 //! C API's contract, `libgdrapi/src/capi/overview.md`.
 
+use fs_err as fs;
 use std::fmt::Write as _;
-use std::fs;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use gdrapi::capi::C_ENUMS;
 
 use cbindgen::ItemType;
@@ -22,8 +22,7 @@ pub fn header(root: &Path) -> Result<Generated> {
     );
     // The C API's contract, kept beside its implementation (capi.rs's documentation too).
     let overview_path = root.join("libgdrapi/src/capi/overview.md");
-    let overview = fs::read_to_string(&overview_path)
-        .with_context(|| format!("reading {}", overview_path.display()))?;
+    let overview = fs::read_to_string(&overview_path)?;
     let mut intro =
         format!("/*\n * gdrapi.h: GDRCopy for Moore Threads GPUs, API {api_version}.\n *\n");
     for line in overview.lines() {

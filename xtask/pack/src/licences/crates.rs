@@ -1,8 +1,8 @@
 //! The crates to cover, from `cargo metadata --locked`: what the product crates reach on every
 //! platform, which of them each binary package links, and who holds their copyright.
 
+use fs_err as fs;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::fs;
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -145,7 +145,7 @@ fn notices(dir: &Path, license_file: Option<&Utf8Path>) -> Result<Vec<String>> {
     paths.extend(license_file.map(|f| dir.join(f)));
     let mut found = Vec::new();
     for path in paths {
-        let text = fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
+        let text = fs::read_to_string(&path)?;
         for line in copyright_lines(&text) {
             if !found.iter().any(|f| f == line) {
                 found.push(line.to_string());
