@@ -349,4 +349,84 @@ mod tests {
         let d = "libc6 (>= 2.34), libgdrapi (>= 1.0.0-1)".to_owned();
         assert!(!shlibs_only_differ(Some(&a), Some(&d)));
     }
+
+    /// Lintian's DEP-5 check runs on source packages only: a minimal one around the committed
+    /// copyright (one file under each vendor/ pattern), for `cargo test`; the source package
+    /// step runs it on the real one.
+    #[test]
+    fn lintian_accepts_the_copyright_in_a_source_package() {
+        let has = |tool: &str| {
+            std::process::Command::new(tool)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        if !has("lintian") || !has("dpkg-source") {
+            eprintln!("skipped: lintian or dpkg-source is not installed");
+            return;
+        }
+        let copyright = fs::read_to_string(paths::root().join("debian/copyright")).unwrap();
+        let dir = std::env::temp_dir().join(format!("xtask-licences-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let tree = dir.join("mtgdrcopy-1.0.0");
+        let write = |rel: &str, text: &str| {
+            let path = tree.join(rel);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, text).unwrap();
+        };
+        write("debian/copyright", &copyright);
+        write("debian/source/format", "3.0 (native)\n");
+        write("debian/rules", "#!/usr/bin/make -f\n%:\n\tdh $@\n");
+        write(
+            "debian/control",
+            "Source: mtgdrcopy\nSection: libs\nPriority: optional\n\
+             Maintainer: mtgdrcopy developers <mtgdrcopy@users.noreply.github.com>\n\
+             Build-Depends: debhelper-compat (= 13)\nStandards-Version: 4.6.2\n\
+             Rules-Requires-Root: no\n\n\
+             Package: libgdrapi\nArchitecture: any\nDepends: ${misc:Depends}\n\
+             Description: test\n test package.\n",
+        );
+        write(
+            "debian/changelog",
+            "mtgdrcopy (1.0.0) unstable; urgency=medium\n\n  * Test.\n\n \
+             -- mtgdrcopy developers <mtgdrcopy@users.noreply.github.com>  \
+             Mon, 30 Nov 2026 10:30:00 +0000\n",
+        );
+        write("mtgdrdrv/kmod/mtgdrdrv.c", "x\n");
+        write("README.md", "x\n");
+        for p in debian::parse(&copyright).unwrap() {
+            for pattern in p.get("Files").unwrap_or("").split_whitespace() {
+                if let Some(dir) = pattern.strip_prefix("vendor/") {
+                    write(
+                        &format!("vendor/{}Cargo.toml", dir.trim_end_matches('*')),
+                        "x\n",
+                    );
+                }
+            }
+        }
+        let run = |args: &[&str]| {
+            std::process::Command::new(args[0])
+                .args(&args[1..])
+                .current_dir(&dir)
+                .output()
+                .unwrap()
+        };
+        let built = run(&["dpkg-source", "-b", "mtgdrcopy-1.0.0"]);
+        assert!(
+            built.status.success(),
+            "{}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+        let out = run(&["lintian", "-EvIL", "+pedantic", "mtgdrcopy_1.0.0.dsc"]);
+        let _ = fs::remove_dir_all(&dir);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let tags: Vec<&str> = stdout
+            .lines()
+            .filter(|l| !l.starts_with("N:"))
+            .filter(|l| l.contains("copyright"))
+            // The standard library is in no file of the source (see its paragraph).
+            .filter(|l| !l.contains("superfluous-file-pattern rust-std/*"))
+            .collect();
+        assert!(tags.is_empty(), "lintian:\n{}", tags.join("\n"));
+    }
 }
