@@ -10,10 +10,8 @@ mod release;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
-use xtask_base::{build, paths};
-use xtask_bench::{
-    aptrepo, bench, copycount, crosstest, matrix, pkgtest, runner, staticlib, vmtest, workflows,
-};
+use xtask_base::build;
+use xtask_bench::pkgtest;
 use xtask_pack::deb::{self, Which};
 use xtask_pack::stage::{self, Package};
 use xtask_pack::{dsc, install};
@@ -38,23 +36,6 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
-    /// Run every test: lints and generated-file freshness, unit tests, the library's exports and
-    /// header, libFuzzer, copy counts, arm64 under qemu-user, the kernel module and tools in QEMU
-    /// (VM tests, benchmarks, the Debian kernel matrix), and the packages (build, lintian, source
-    /// package, reproducibility, install and upgrade).
-    Test(runner::Args),
-    /// Boot the test kernel in QEMU and get a root shell in it.
-    Vm(vmtest::shell::Args),
-    /// Run copybw, copylat and apiperf in the test VM; JSON and SVG plots in build/bench/.
-    Bench(bench::Args),
-    /// Count the instructions of each public copy call and check its device accesses, for every
-    /// copy variant; fails above the ceilings of libgdrapi/copy-ceilings.txt.
-    CopyCounts(copycount::Args),
-    /// Build the modules and the DKMS package for Debian's 5.10, 6.1, 6.12 and 7.x kernels in
-    /// chroots of their suites, and run the VM tests on 6.1 and 7.x.
-    KmodMatrix(matrix::Args),
-    /// Only the arm64 steps of `test`: tests under qemu-user, header test, packages, lintian.
-    CrossTest,
     /// Build the driver (for one kernel), the library and/or the tools.
     Build(build::Args),
     /// Remove build/ and cargo's target directory.
@@ -88,27 +69,16 @@ enum Command {
     DebBundle(deb::Args),
     /// Same as deb-bundle (the old single-package name).
     Deb(deb::Args),
-    /// Only the packaging steps of `test`: build the .debs, lintian, install test.
-    TestPackages(pkgtest::Args),
+    /// The test bench's commands (`test`, the VM, benchmarks, the matrix and package tests).
+    #[command(flatten)]
+    Bench(xtask_bench::Command),
     /// Check that this tree is releasable: versions, changelogs, headers, lintian, tests.
     ReleaseCheck(release::Args),
-    /// Check a static libgdrapi.a: only gdr_* global, no bitcode, links beside other Rust code.
-    CheckStaticlib(staticlib::Args),
-    /// Check .github/workflows with actionlint and ShellCheck (a step of `test`).
-    LintWorkflows,
-    /// Turn build/*.deb into an apt repository (build/apt), optionally signed.
-    AptRepo(aptrepo::Args),
 }
 
 fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Codegen { check } => codegen::run(check),
-        Command::Test(args) => runner::run(args),
-        Command::Vm(args) => vmtest::shell::cli(args),
-        Command::Bench(args) => bench::run(args),
-        Command::CopyCounts(args) => copycount::run(args),
-        Command::KmodMatrix(args) => matrix::cli(args),
-        Command::CrossTest => crosstest::cli(),
         Command::Build(args) => build::cli(args),
         Command::Clean => build::clean(),
         Command::Install(args) => install::cli(args),
@@ -127,15 +97,8 @@ fn main() -> Result<()> {
         Command::DebBundle(args) | Command::Deb(args) => {
             deb::cli(Which::One(Package::Bundle), args)
         }
-        Command::TestPackages(args) => pkgtest::cli(args),
         Command::ReleaseCheck(args) => release::cli(args),
-        Command::AptRepo(args) => aptrepo::cli(args),
-        Command::CheckStaticlib(args) => staticlib::cli(args),
-        Command::LintWorkflows => {
-            let sh = xshell::Shell::new()?;
-            sh.change_dir(paths::root());
-            workflows::test_step(&sh)
-        }
+        Command::Bench(command) => command.run(),
     }
 }
 
@@ -169,7 +132,7 @@ mod tests {
 
     #[test]
     fn every_make_target_of_the_readme_table_is_an_xtask_command() {
-        let readme = std::fs::read_to_string(paths::root().join("README.md")).unwrap();
+        let readme = std::fs::read_to_string(xtask_base::paths::root().join("README.md")).unwrap();
         let table = readme
             .split_once("### The old Makefile's targets\n")
             .expect("the README's make-target table")
