@@ -27,7 +27,7 @@ use fs_err as fs;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{bail, Context, Result};
 use xshell::{cmd, Shell};
 
 use xtask_base::workspace::Workspace;
@@ -256,40 +256,20 @@ fn write_dist(
     version: &str,
     dist: &std::path::Path,
 ) -> Result<()> {
-    let _lock = files::lock()?;
     files::fresh_dir(dist)?;
-    let mut names = Vec::new();
-    for package in Package::SPLIT.into_iter().chain([Package::Bundle]) {
-        let debian_version = xtask_pack::deb::package_version(ws, package)?;
-        let prefix = format!("{}_{debian_version}_", package.deb_name());
-        let dbgsym = format!("{}-dbgsym_{debian_version}_", package.deb_name());
-        let mut found = false;
-        for entry in fs::read_dir(paths::build_dir())? {
-            let path = entry?.path();
-            let Some(name) = path.file_name().and_then(|n| n.to_str()).map(str::to_owned) else {
-                continue;
-            };
-            if name.starts_with(&dbgsym) && name.ends_with(".deb") {
-                fs::copy(&path, dist.join(&name))?;
-                names.push(name);
-            } else if name.starts_with(&prefix) && name.ends_with(".deb") {
-                fs::copy(&path, dist.join(&name))?;
-                names.push(name);
-                found = true;
-            }
-        }
-        ensure!(found, "build/ has no {prefix}*.deb");
-    }
-    // The source package, for distributions that build it themselves.
+    // Built again (quick: cargo's release build is incremental) rather than picked from build/,
+    // where other versions may lie; the source package for distributions that build their own.
+    let debs = deb::build_everything(sh, ws)?;
     let source = xtask_pack::dsc::build(sh)?;
-    for path in [&source.dsc, &source.orig, &source.debian] {
-        let name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .context("a source package file has no name")?
-            .to_owned();
-        fs::copy(path, dist.join(&name))?;
-        names.push(name);
+    let files = debs
+        .iter()
+        .flat_map(|b| std::iter::once(&b.path).chain(&b.dbgsym))
+        .chain([&source.dsc, &source.orig, &source.debian]);
+    let mut names = Vec::new();
+    for path in files {
+        let name = path.file_name().context("a release file has no name")?;
+        fs::copy(path, dist.join(name))?;
+        names.push(name.to_string_lossy().into_owned());
     }
     names.sort();
     let _cwd = sh.push_dir(dist);
