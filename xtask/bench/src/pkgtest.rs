@@ -54,6 +54,8 @@ mod upgrade;
 
 use std::cell::RefCell;
 use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -84,6 +86,10 @@ pub fn test_steps(vm: bool) -> Vec<Step<'static>> {
         (
             "packages: build-all stages every package tree (make build)",
             Box::new(build_all_test_step),
+        ),
+        (
+            "from source: install lib exes --prefix --destdir (make install)",
+            Box::new(install_from_source_step),
         ),
         (
             "packages: lintian on every .deb",
@@ -155,6 +161,57 @@ fn build_all_test_step(sh: &Shell) -> Result<()> {
             doc.display()
         );
     }
+    Ok(())
+}
+
+/// What `cargo xtask install lib exes` (upstream's `make lib_install exes_install`) leaves
+/// under a prefix: the library under its real name with its two links, the reduced static
+/// library, the header, a pkg-config file pointing at the prefix, and the programs, stripped.
+/// The driver's install needs a kernel build tree and is not run here.
+fn install_from_source_step(sh: &Shell) -> Result<()> {
+    let dest = paths::build_dir().join("install-test");
+    xtask_base::files::fresh_dir(&dest)?;
+    let xtask = std::env::current_exe()?;
+    cmd!(
+        sh,
+        "{xtask} install lib exes --prefix /opt/mtg --destdir {dest}"
+    )
+    .quiet()
+    .run()?;
+    let ws = Workspace::load()?;
+    let version = &ws.krate("libgdrapi")?.version;
+    let prefix = dest.join("opt/mtg");
+    let lib = prefix.join("lib");
+    let link = |name: &str| fs::read_link(lib.join(name)).map_err(anyhow::Error::from);
+    ensure!(link("libgdrapi.so")? == Path::new("libgdrapi.so.1"));
+    ensure!(link("libgdrapi.so.1")?.to_string_lossy() == format!("libgdrapi.so.{version}"));
+    for (path, mode) in [
+        (lib.join(format!("libgdrapi.so.{version}")), 0o644),
+        (lib.join("libgdrapi.a"), 0o644),
+        (prefix.join("include/gdrapi.h"), 0o644),
+    ] {
+        let actual = fs::metadata(&path)
+            .with_context(|| format!("install left no {}", path.display()))?
+            .permissions()
+            .mode()
+            & 0o7777;
+        ensure!(actual == mode, "{}: mode {actual:o}", path.display());
+    }
+    let pc = fs::read_to_string(lib.join("pkgconfig/gdrapi.pc"))?;
+    ensure!(
+        pc.contains("prefix=/opt/mtg\n") && pc.contains(&format!("Version: {version}")),
+        "gdrapi.pc:\n{pc}"
+    );
+    for bin in &ws.krate("mtgdrcopy-tests")?.bins {
+        let path = prefix.join("bin").join(bin);
+        let sections = cmd!(sh, "readelf -S {path}").quiet().read()?;
+        ensure!(
+            !sections.contains(".debug_info"),
+            "{} is not stripped",
+            path.display()
+        );
+    }
+    eprintln!("    installed under {}", prefix.display());
     Ok(())
 }
 
