@@ -11,14 +11,15 @@
 //! One process at a time uses a chroot: [`Chroot`] holds an exclusive lock on
 //! `chroots/<name>.lock`, since its build directory and DKMS registrations are shared state.
 
-use std::fs::{self, File};
+use std::ffi::OsStr;
+use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use xshell::{cmd, Cmd, Shell};
 
-use crate::paths;
+use crate::{files, host, paths};
 
 /// The environment of every command run in a chroot: nothing of the caller's leaks in (cargo's
 /// variables, a host-only PATH, a locale the chroot lacks).
@@ -44,13 +45,13 @@ pub struct Chroot {
     pub root: PathBuf,
     /// What `prepare`'s setup returned when the chroot was made (e.g. the kernel release).
     pub info: String,
-    _lock: File,
+    _lock: fs_err::File,
 }
 
 impl Chroot {
     /// `program args…` inside the chroot, with a fixed environment, cwd `/`.
     pub fn cmd<'a>(&self, sh: &'a Shell, program: &str) -> Cmd<'a> {
-        command(sh, &self.root, None, program)
+        command(sh, &self.root, &Options::default(), program)
     }
 
     /// The host path of `inside`, an absolute path in the chroot.
@@ -59,77 +60,43 @@ impl Chroot {
     }
 }
 
-/// `program` inside the chroot at `root`, in `cwd` (an absolute path inside) when given.
-///
-/// The command gets /proc, which objtool (7.x kernels read their stack limit there), dkms
-/// (/proc/cpuinfo, /dev/fd) and ischroot need, mounted in a mount namespace of its own
-/// (`unshare --mount-proc`): the mount is private to the command and ends with it, even when
-/// xtask is killed, so no mount ever outlives a run or shows on the host.
-pub fn command<'a>(sh: &'a Shell, root: &Path, cwd: Option<&Path>, program: &str) -> Cmd<'a> {
-    command_ns(sh, root, cwd, program, &[])
+/// How [`command`] runs its program, beyond what every command gets.
+#[derive(Debug, Default)]
+pub struct Options<'a> {
+    /// The working directory, an absolute path inside (default `/`).
+    pub cwd: Option<&'a Path>,
+    /// `(host, inside)` directories bind-mounted into the chroot for the command.
+    pub binds: &'a [(PathBuf, PathBuf)],
+    /// `NAME=value` added to the fixed environment.
+    pub env: &'a [String],
+    /// No network: a network namespace of its own, with only a loopback interface. What a
+    /// build that must not download anything runs in.
+    pub offline: bool,
 }
 
-/// [`command`] without a network: in a network namespace of its own, which has only a loopback
-/// interface that is down. What a build that must not download anything runs in.
-pub fn offline_command<'a>(
-    sh: &'a Shell,
-    root: &Path,
-    cwd: Option<&Path>,
-    program: &str,
-) -> Cmd<'a> {
-    command_ns(sh, root, cwd, program, &["--net"])
-}
-
-fn command_ns<'a>(
-    sh: &'a Shell,
-    root: &Path,
-    cwd: Option<&Path>,
-    program: &str,
-    namespaces: &[&str],
-) -> Cmd<'a> {
-    let proc = format!("--mount-proc={}", root.join("proc").display());
-    // `env -i` (not chroot's inherited environment) makes the build independent of who runs it;
-    // `env -C` because chroot(8) always starts in /.
-    let chdir: Vec<&std::ffi::OsStr> = match cwd {
-        Some(dir) => vec!["-C".as_ref(), dir.as_os_str()],
-        None => Vec::new(),
-    };
-    cmd!(
-        sh,
-        "unshare {namespaces...} {proc} chroot {root} /usr/bin/env -i {chdir...} {CHROOT_ENV...} {program}"
-    )
-}
-
-/// [`command`] with host directories bind-mounted into the chroot first: each `(host, inside)`
-/// pair is mounted in the command's own mount namespace (private propagation, unshare's
-/// default), so the mounts end with the command and never show on the host or in the cached
-/// chroot. `env` is added to the fixed environment.
-pub fn command_with_binds<'a>(
-    sh: &'a Shell,
-    root: &Path,
-    binds: &[(PathBuf, PathBuf)],
-    env: &[String],
-    cwd: Option<&Path>,
-    program: &str,
-) -> Cmd<'a> {
-    let proc = format!("--mount-proc={}", root.join("proc").display());
-    // The paths travel as arguments, never pasted into the script: no quoting to get wrong.
-    const MOUNT: &str = "while [ \"$1\" != -- ]; do \
-                         mkdir -p \"$2\" && mount --bind \"$1\" \"$2\" || exit 1; shift 2; \
-                         done; shift; exec \"$@\"";
-    let mut args: Vec<std::ffi::OsString> = Vec::new();
-    for (host, inside) in binds {
-        args.push(host.into());
-        args.push(host_path(root, inside).into());
+/// `program` inside the chroot at `root`, run by bubblewrap in a mount namespace of its own:
+/// the chroot's tree (writable: apt and dkms change it), a /proc, which objtool (7.x kernels
+/// read their stack limit there), dkms (/proc/cpuinfo) and ischroot need, a minimal /dev
+/// (dkms needs /dev/fd) and the `opts.binds`. The mounts are private to the command and end
+/// with it, even when xtask is killed: none ever outlives a run, shows on the host or stays in
+/// the cached chroot (only the bind targets' empty directories do).
+pub fn command<'a>(sh: &'a Shell, root: &Path, opts: &Options, program: &str) -> Cmd<'a> {
+    let mut args: Vec<&OsStr> = vec!["--bind".as_ref(), root.as_os_str(), "/".as_ref()];
+    args.extend(["--proc", "/proc", "--dev", "/dev"].map(OsStr::new));
+    if opts.offline {
+        args.push("--unshare-net".as_ref());
     }
-    args.push("--".into());
-    let chdir: Vec<&std::ffi::OsStr> = match cwd {
-        Some(dir) => vec!["-C".as_ref(), dir.as_os_str()],
-        None => Vec::new(),
-    };
+    for (host, inside) in opts.binds {
+        args.extend(["--bind".as_ref(), host.as_os_str(), inside.as_os_str()]);
+    }
+    if let Some(dir) = opts.cwd {
+        args.extend(["--chdir".as_ref(), dir.as_os_str()]);
+    }
+    // `env -i` (not bwrap's inherited environment) makes the build independent of who runs it.
+    let env = opts.env;
     cmd!(
         sh,
-        "unshare {proc} /bin/sh -c {MOUNT} sh {args...} chroot {root} /usr/bin/env -i {chdir...} {CHROOT_ENV...} {env...} {program}"
+        "bwrap {args...} /usr/bin/env -i {CHROOT_ENV...} {env...} {program}"
     )
 }
 
@@ -138,24 +105,13 @@ pub fn host_path(root: &Path, inside: &Path) -> PathBuf {
     root.join(inside.strip_prefix("/").unwrap_or(inside))
 }
 
-/// The chroot of `suite`, made on first use: debootstrap (minbase), the host's apt sources for
-/// that suite, then `setup`, whose result is kept in the stamp and handed
-/// back as [`Chroot::info`] on later runs. A chroot made with another `recipe`, or any chroot
-/// when `refresh`, is made again. Output of the slow steps goes to `log`.
+/// The chroot of `suite` named `name` (the suite's own name, or another for a purpose of its
+/// own: e.g. the cross toolchain's sid chroot next to the kernel matrix's), made on first use:
+/// debootstrap (minbase), the host's apt sources for that suite, then `setup`, whose result is
+/// kept in the stamp and handed back as [`Chroot::info`] on later runs. A chroot made with
+/// another `recipe`, or any chroot when `refresh`, is made again. Output of the slow steps goes
+/// to `log`.
 pub fn prepare(
-    sh: &Shell,
-    suite: &str,
-    recipe: &str,
-    refresh: bool,
-    log: &Path,
-    setup: impl FnOnce(&Shell, &Path, &Path) -> Result<String>,
-) -> Result<Chroot> {
-    prepare_named(sh, suite, suite, recipe, refresh, log, setup)
-}
-
-/// [`prepare`] for a chroot of `suite` kept under its own `name` (and lock), for a purpose of
-/// its own: e.g. the cross toolchain's sid chroot next to the kernel matrix's.
-pub fn prepare_named(
     sh: &Shell,
     name: &str,
     suite: &str,
@@ -164,16 +120,12 @@ pub fn prepare_named(
     log: &Path,
     setup: impl FnOnce(&Shell, &Path, &Path) -> Result<String>,
 ) -> Result<Chroot> {
+    host::ensure_host_packages(&["bubblewrap", "debootstrap"])?;
     let dir = paths::cache_dir().join("chroots");
-    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let lock_path = dir.join(format!("{name}.lock"));
-    let lock =
-        File::create(&lock_path).with_context(|| format!("creating {}", lock_path.display()))?;
-    if lock.try_lock().is_err() {
-        eprintln!("xtask: waiting for another xtask using the {name} chroot");
-        lock.lock()
-            .with_context(|| format!("locking {}", lock_path.display()))?;
-    }
+    let lock = files::lock_file(
+        &dir.join(format!("{name}.lock")),
+        &format!("using the {name} chroot"),
+    )?;
     let root = dir.join(name);
     if !refresh {
         if let Some(info) = stamp_info(&root, recipe) {
@@ -230,10 +182,7 @@ fn make(
     let sources = HostSources::read(sh)?;
     let lines = sources.for_suite(suite);
     let mirror = sources.mirror()?;
-    if let Some(parent) = log.parent() {
-        fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-    }
-    File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    files::put_text(log, "", 0o644)?;
     // Only what apt itself needs comes from debootstrap; the rest through apt, whose dependency
     // resolution is the real one.
     run_logged(
@@ -253,7 +202,7 @@ fn make(
     // The downloaded .debs are no use once installed (the lists stay: the kernel image is
     // fetched through them later).
     run_logged(
-        command(sh, root, None, "apt-get").arg("clean"),
+        command(sh, root, &Options::default(), "apt-get").arg("clean"),
         log,
         "apt-get clean",
     )?;
@@ -481,6 +430,32 @@ mod tests {
         assert_eq!(
             host.for_suite("sid"),
             ["deb http://archive.example/debian/ sid main contrib"]
+        );
+    }
+
+    #[test]
+    fn commands_run_in_bubblewrap() {
+        let sh = Shell::new().unwrap();
+        let root = Path::new("/c/sid");
+        let binds = [(PathBuf::from("/w"), PathBuf::from("/in"))];
+        let env = ["A=b".to_owned()];
+        let opts = Options {
+            cwd: Some(Path::new("/in")),
+            binds: &binds,
+            env: &env,
+            offline: true,
+        };
+        let fixed = CHROOT_ENV.join(" ");
+        assert_eq!(
+            command(&sh, root, &opts, "make").to_string(),
+            format!(
+                "bwrap --bind /c/sid / --proc /proc --dev /dev --unshare-net --bind /w /in \
+                 --chdir /in /usr/bin/env -i {fixed} A=b make"
+            )
+        );
+        assert_eq!(
+            command(&sh, root, &Options::default(), "true").to_string(),
+            format!("bwrap --bind /c/sid / --proc /proc --dev /dev /usr/bin/env -i {fixed} true")
         );
     }
 

@@ -73,7 +73,7 @@ pub fn toolchain(sh: &Shell) -> Result<&'static Toolchain> {
         return Ok(t);
     }
     let log = paths::build_dir().join("logs/cross-chroot.log");
-    let chroot = chroot::prepare_named(sh, CHROOT, "sid", &recipe(), false, &log, setup)?;
+    let chroot = chroot::prepare(sh, CHROOT, "sid", &recipe(), false, &log, setup)?;
     let rustc = chroot.info.trim().to_owned();
     let toolchain: &'static Toolchain = Box::leak(Box::new(Toolchain { chroot, rustc }));
     *slot = Some(toolchain);
@@ -84,7 +84,7 @@ pub fn toolchain(sh: &Shell) -> Result<&'static Toolchain> {
 fn setup(sh: &Shell, root: &Path, log: &Path) -> Result<String> {
     let run = |program: &str, args: &[&str], what: &str| {
         chroot::run_logged(
-            chroot::command(sh, root, None, program).args(args),
+            chroot::command(sh, root, &Default::default(), program).args(args),
             log,
             what,
         )
@@ -142,8 +142,14 @@ impl Toolchain {
             format!("CARGO_TARGET_{upper}_RUNNER={}", runner(target)),
         ];
         vars.extend_from_slice(env);
-        // Quiet: the full unshare/mount/chroot line would bury what runs; callers say it.
-        chroot::command_with_binds(sh, &self.chroot.root, &binds, &vars, Some(cwd), program).quiet()
+        let opts = chroot::Options {
+            cwd: Some(cwd),
+            binds: &binds,
+            env: &vars,
+            ..Default::default()
+        };
+        // Quiet: the full bwrap line would bury what runs; callers say it.
+        chroot::command(sh, &self.chroot.root, &opts, program).quiet()
     }
 
     /// `cargo SUBCOMMAND --target TRIPLE --locked --offline …` in the chroot.

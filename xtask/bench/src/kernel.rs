@@ -54,7 +54,15 @@ impl Builder {
                 Some(dir) => cmd!(sh, "env -C {dir} {program}"),
                 None => sh.cmd(program),
             },
-            Builder::Chroot(root) => chroot::command(sh, root, cwd, program),
+            Builder::Chroot(root) => chroot::command(
+                sh,
+                root,
+                &chroot::Options {
+                    cwd,
+                    ..Default::default()
+                },
+                program,
+            ),
         }
     }
 }

@@ -78,9 +78,6 @@ const PACKAGES: &[&str] = &["make", "libc6-dev", "kmod", "xz-utils", "dkms"];
 const RECIPE: &str =
     "kmod-matrix 2: minbase, make libc6-dev kmod xz-utils dkms, headers of linux-headers-amd64";
 
-/// Host packages: the chroots come from debootstrap.
-const HOST_PACKAGES: &[&str] = &["debootstrap"];
-
 #[derive(clap::Args)]
 pub struct Args {
     /// Only this suite (bullseye, bookworm, trixie, sid); repeatable. Default: all.
@@ -194,7 +191,6 @@ struct Row {
 
 fn run(sh: &Shell, opts: Options) -> Result<()> {
     let start = Instant::now();
-    host::ensure_host_packages(HOST_PACKAGES)?;
     let logs = paths::build_dir().join("kmod-matrix");
     fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
 
@@ -208,7 +204,15 @@ fn run(sh: &Shell, opts: Options) -> Result<()> {
                 let log = logs.join(format!("{}-chroot.log", suite.name));
                 scope.spawn(move || {
                     let sh = Shell::new()?;
-                    chroot::prepare(&sh, suite.name, RECIPE, opts.refresh, &log, setup_suite)
+                    chroot::prepare(
+                        &sh,
+                        suite.name,
+                        suite.name,
+                        RECIPE,
+                        opts.refresh,
+                        &log,
+                        setup_suite,
+                    )
                 })
             })
             .collect();
@@ -281,7 +285,7 @@ fn run(sh: &Shell, opts: Options) -> Result<()> {
 fn setup_suite(sh: &Shell, root: &Path, log: &Path) -> Result<String> {
     let apt_get = |args: &[&str], what: &str| {
         chroot::run_logged(
-            chroot::command(sh, root, None, "apt-get").args(args),
+            chroot::command(sh, root, &Default::default(), "apt-get").args(args),
             log,
             what,
         )
@@ -290,7 +294,7 @@ fn setup_suite(sh: &Shell, root: &Path, log: &Path) -> Result<String> {
     // The suite's own kernel is the one its linux-headers-amd64 metapackage names (the newest
     // upload of that series, security updates included). Not simply the highest version on
     // offer: -security also carries backported series (6.1 for bullseye, 6.12 for bookworm).
-    let depends = chroot::command(sh, root, None, "apt-cache")
+    let depends = chroot::command(sh, root, &Default::default(), "apt-cache")
         .args(["depends", "linux-headers-amd64"])
         .quiet()
         .read()

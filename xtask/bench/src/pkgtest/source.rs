@@ -52,7 +52,7 @@ fn build_chroot(sh: &Shell) -> Result<chroot::Chroot> {
         .collect();
     let recipe = format!("debbuild 1: {}", packages.join(" "));
     let log = paths::build_dir().join("logs/trixie-build-chroot.log");
-    chroot::prepare_named(
+    chroot::prepare(
         sh,
         "trixie-build",
         "trixie",
@@ -61,19 +61,19 @@ fn build_chroot(sh: &Shell) -> Result<chroot::Chroot> {
         &log,
         |sh, root, log| {
             chroot::run_logged(
-                chroot::command(sh, root, None, "apt-get").arg("update"),
+                chroot::command(sh, root, &Default::default(), "apt-get").arg("update"),
                 log,
                 "apt-get update",
             )?;
             chroot::run_logged(
-                chroot::command(sh, root, None, "apt-get")
+                chroot::command(sh, root, &Default::default(), "apt-get")
                     .args(["install", "-y"])
                     .args(&packages),
                 log,
                 "apt-get install (Build-Depends)",
             )?;
             chroot::run_logged(
-                chroot::command(sh, root, None, "rustc").arg("--version"),
+                chroot::command(sh, root, &Default::default(), "rustc").arg("--version"),
                 log,
                 "rustc --version",
             )
@@ -100,17 +100,22 @@ pub fn dpkg_buildpackage(sh: &Shell, source: &SourcePackage) -> Result<Vec<PathB
     // A fresh log for each build (run_logged appends).
     let log = paths::build_dir().join("logs/dpkg-buildpackage.log");
     files::put_text(&log, "", 0o644)?;
+    // Offline: the build must need nothing but the chroot's packages.
+    let offline = |cwd: &Path, program: &str| {
+        let opts = chroot::Options {
+            cwd: Some(cwd),
+            offline: true,
+            ..Default::default()
+        };
+        chroot::command(sh, &chroot.root, &opts, program)
+    };
     chroot::run_logged(
-        chroot::offline_command(sh, &chroot.root, Some(work), "dpkg-source")
-            .arg("-x")
-            .arg(&dsc)
-            .arg(&tree),
+        offline(work, "dpkg-source").arg("-x").arg(&dsc).arg(&tree),
         &log,
         "dpkg-source -x",
     )?;
     chroot::run_logged(
-        chroot::offline_command(sh, &chroot.root, Some(&tree), "dpkg-buildpackage")
-            .args(["-b", "-us", "-uc"]),
+        offline(&tree, "dpkg-buildpackage").args(["-b", "-us", "-uc"]),
         &log,
         "dpkg-buildpackage -b (offline, trixie)",
     )?;
