@@ -63,8 +63,8 @@ pub struct Toolchain {
 static TOOLCHAIN: Mutex<Option<&'static Toolchain>> = Mutex::new(None);
 
 /// The toolchain chroot, made on first use (debootstrap and apt: 4 min on a loaded 2-core
-/// machine, 2.3 GB), then cached.
-/// One per process: the chroot's lock is held until the process ends.
+/// machine, 2.3 GB), then cached; and the crates the lock file names, downloaded by the host's
+/// cargo (the chroot cannot). One per process: the chroot's lock is held until the process ends.
 pub fn toolchain(sh: &Shell) -> Result<&'static Toolchain> {
     let mut slot = TOOLCHAIN
         .lock()
@@ -72,6 +72,10 @@ pub fn toolchain(sh: &Shell) -> Result<&'static Toolchain> {
     if let Some(t) = *slot {
         return Ok(t);
     }
+    let _cwd = sh.push_dir(paths::root());
+    cmd!(sh, "cargo fetch --quiet --locked")
+        .run()
+        .context("fetching the crates for the cross build (cargo fetch --locked)")?;
     let log = paths::build_dir().join("logs/cross-chroot.log");
     let chroot = chroot::prepare(sh, CHROOT, "sid", &recipe(), false, &log, setup)?;
     let rustc = chroot.info.trim().to_owned();
@@ -163,40 +167,11 @@ impl Toolchain {
             "--offline",
         ])
     }
-
-    /// `exe args…` under qemu-user in the chroot, with `env` in its environment.
-    pub fn run_program<'a>(
-        &self,
-        sh: &'a Shell,
-        target: &Target,
-        env: &[String],
-        exe: &Path,
-    ) -> Cmd<'a> {
-        let sysroot = format!("/usr/{}", target.multiarch);
-        self.cmd(sh, target, env, target.qemu)
-            .args(["-L", &sysroot])
-            .arg(exe)
-    }
 }
 
 /// cargo's runner for `target`: the emulator, with the cross sysroot's dynamic loader.
 fn runner(target: &Target) -> String {
     format!("{} -L /usr/{}", target.qemu, target.multiarch)
-}
-
-/// Downloads the crates the lock file names, with the host's cargo (the chroot cannot), once
-/// per process.
-pub fn fetch(sh: &Shell) -> Result<()> {
-    static DONE: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    if DONE.get().is_some() {
-        return Ok(());
-    }
-    let _cwd = sh.push_dir(paths::root());
-    cmd!(sh, "cargo fetch --quiet --locked")
-        .run()
-        .context("fetching the crates for the cross build (cargo fetch --locked)")?;
-    let _ = DONE.set(());
-    Ok(())
 }
 
 /// The packaged artifacts for `target`: libgdrapi (cdylib, staticlib) and the tools, release,
@@ -208,7 +183,6 @@ pub fn packaged(sh: &Shell, target: &Target) -> Result<()> {
     if DONE.get().is_some() {
         return Ok(());
     }
-    fetch(sh)?;
     let toolchain = toolchain(sh)?;
     let dir = targets::packaged_dir();
     // The paths are the chroot's: the workspace and the target directory are mounted at their
@@ -247,7 +221,6 @@ pub fn packaged(sh: &Shell, target: &Target) -> Result<()> {
 
 /// `cargo xtask build --target`: the library and/or the tools for `target`, release.
 pub fn build(sh: &Shell, target: &Target, lib: bool, exes: bool) -> Result<()> {
-    fetch(sh)?;
     let toolchain = toolchain(sh)?;
     let mut args = vec!["--quiet", "--release"];
     if lib {
@@ -266,12 +239,6 @@ pub fn build(sh: &Shell, target: &Target, lib: bool, exes: bool) -> Result<()> {
         ensure_elf_for(&release.join("libgdrapi.so"), target)?;
     }
     Ok(())
-}
-
-/// A binutils program for `target` (e.g. `strip`), run in the chroot on a workspace path.
-pub fn binutil<'a>(sh: &'a Shell, target: &Target, tool: &str) -> Result<Cmd<'a>> {
-    let toolchain = toolchain(sh)?;
-    Ok(toolchain.cmd(sh, target, &[], &format!("{}-{tool}", target.multiarch)))
 }
 
 /// Checks that `path` is an ELF file for `target` (the cross build really produced arm64 code).

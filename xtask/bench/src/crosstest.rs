@@ -2,12 +2,14 @@
 //! the tests under qemu-user, the header test, and the packages with lintian. Apart from
 //! cross.rs (the toolchain) because the packages are built by deb.rs, which uses that toolchain.
 
+use std::path::Path;
+
 use anyhow::{ensure, Context, Result};
-use xshell::Shell;
+use xshell::{Cmd, Shell};
 
 use crate::library::link_library;
 use crate::runner::Step;
-use xtask_base::cross::{build, ensure_elf_for, fetch, toolchain};
+use xtask_base::cross::{build, ensure_elf_for, toolchain};
 use xtask_base::paths;
 use xtask_base::targets::{self, Target, TARGETS};
 use xtask_base::targets::{release_dir, AARCH64};
@@ -51,7 +53,6 @@ pub fn packages(sh: &Shell, target: &'static Target) -> Result<()> {
 /// of libgdrapi's, among them the copy variants' size × misalignment matrix (NEON and generic
 /// on arm64).
 pub fn unit_tests(sh: &Shell, target: &Target) -> Result<()> {
-    fetch(sh)?;
     let toolchain = toolchain(sh)?;
     eprintln!("    toolchain: {}", toolchain.rustc);
     toolchain
@@ -96,8 +97,7 @@ pub fn header_test(sh: &Shell, target: &Target) -> Result<()> {
         ensure_elf_for(&exe, target)?;
         // The chroot has no /dev/mtgdrdrv: gdr_open fails and says how to load the module.
         let env = ["GDRCOPY_ENABLE_LOGGING=1".to_owned()];
-        let run = toolchain
-            .run_program(sh, target, &env, &exe)
+        let run = run_program(sh, target, &env, &exe)?
             .quiet()
             .ignore_status()
             .output()
@@ -119,11 +119,24 @@ pub fn header_test(sh: &Shell, target: &Target) -> Result<()> {
     Ok(())
 }
 
+/// `exe args…` under qemu-user in the toolchain chroot, with `env` in its environment.
+pub fn run_program<'a>(
+    sh: &'a Shell,
+    target: &Target,
+    env: &[String],
+    exe: &Path,
+) -> Result<Cmd<'a>> {
+    let sysroot = format!("/usr/{}", target.multiarch);
+    Ok(toolchain(sh)?
+        .cmd(sh, target, env, target.qemu)
+        .args(["-L", &sysroot])
+        .arg(exe))
+}
+
 /// The whole workspace, every target kind, type-checked by Debian's rustc for the machine's
 /// own architecture: the workspace must build with both toolchains, not only the crates that
 /// are cross-built (xtask, the fuzzer and the emulated libmusa too).
 pub fn workspace_with_debian_rustc(sh: &Shell) -> Result<()> {
-    fetch(sh)?;
     let toolchain = toolchain(sh)?;
     toolchain
         .cmd(sh, &AARCH64, &[], "cargo")

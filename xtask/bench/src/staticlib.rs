@@ -218,14 +218,20 @@ impl<'a> Tools<'a> {
     fn binutil(&self, tool: &str) -> Result<Cmd<'a>> {
         match self.target {
             None => Ok(self.sh.cmd(tool)),
-            Some(t) => cross::binutil(self.sh, t, tool),
+            // The target's binutils, run in the chroot on a workspace path.
+            Some(t) => Ok(cross::toolchain(self.sh)?.cmd(
+                self.sh,
+                t,
+                &[],
+                &format!("{}-{tool}", t.multiarch),
+            )),
         }
     }
 
     fn cc(&self) -> Result<Cmd<'a>> {
         match self.target {
             None => Ok(self.sh.cmd("cc")),
-            Some(t) => cross::binutil(self.sh, t, "gcc"),
+            Some(_) => self.binutil("gcc"),
         }
     }
 
@@ -241,7 +247,7 @@ impl<'a> Tools<'a> {
     fn run(&self, exe: &Path) -> Result<Cmd<'a>> {
         match self.target {
             None => Ok(self.sh.cmd(exe)),
-            Some(t) => Ok(cross::toolchain(self.sh)?.run_program(self.sh, t, &[], exe)),
+            Some(t) => crate::crosstest::run_program(self.sh, t, &[], exe),
         }
     }
 }
