@@ -12,13 +12,15 @@
 //! in target/packaged/release.
 
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use anyhow::{ensure, Context, Result};
 use xshell::{cmd, Shell};
 
 use crate::cargo::{encode_rustflags, packaged_target_dir, reproducible_rustflags};
 use crate::library::soname;
-use crate::{files, paths, targets};
+use crate::workspace::Workspace;
+use crate::{cross, files, paths, targets};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Component {
@@ -109,32 +111,61 @@ pub fn cli(args: Args) -> Result<()> {
     Ok(())
 }
 
-/// What the packages hold, in one cargo invocation: the library (cdylib, staticlib) and the
-/// tools, release profile. Building them together keeps their dependencies' features unified,
-/// so that alternating between the two does not rebuild them each time. Once per process.
+/// What the packages of `ws` hold, in one cargo invocation: the library (cdylib, staticlib)
+/// and the tools, release profile, for the machine or for `ws.target` (with the cross
+/// toolchain). Building them together keeps their dependencies' features unified, so that
+/// alternating between the two does not rebuild them each time. Once per process and target.
 ///
 /// Reproducible: built with [`reproducible_rustflags`] in a target directory of its own
 /// ([`packaged_target_dir`]), so that the other release builds (tests, `cargo xtask build`),
-/// whose flags differ, neither rebuild it nor are rebuilt by it.
-pub fn packaged(sh: &Shell, target_dir: &Path) -> Result<()> {
-    static DONE: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    if DONE.get().is_some() {
+/// whose flags differ, neither rebuild it nor are rebuilt by it. A cross build is remapped the
+/// same way from the chroot's paths: the workspace and the target directory are mounted at
+/// their host paths, the registry under its cargo home (mount points, not links, so what
+/// reproducible_rustflags resolves on the host adds nothing that matters inside).
+pub fn packaged(sh: &Shell, ws: &Workspace) -> Result<()> {
+    static DONE: Mutex<Vec<Option<&str>>> = Mutex::new(Vec::new());
+    let mut done = DONE
+        .lock()
+        .map_err(|_| anyhow::anyhow!("the packaged build's lock is poisoned"))?;
+    if done.contains(&ws.target.map(|t| t.triple)) {
         return Ok(());
     }
     let _cwd = sh.push_dir(paths::root());
-    let dir = packaged_target_dir(target_dir);
-    let flags = reproducible_rustflags(&paths::root(), &dir, &paths::cargo_home());
-    cmd!(
-        sh,
-        "cargo build --quiet --release --locked -p libgdrapi -p mtgdrcopy-tests --lib --bins"
-    )
-    .arg("--target-dir")
-    .arg(&dir)
-    .env("CARGO_ENCODED_RUSTFLAGS", encode_rustflags(&flags))
-    .env_remove("RUSTFLAGS")
-    .run()
-    .context("building libgdrapi and the mtgdrcopy-tests programs")?;
-    let _ = DONE.set(());
+    let (build, what) = match ws.target {
+        None => {
+            let dir = packaged_target_dir(&ws.target_dir);
+            let flags = reproducible_rustflags(&paths::root(), &dir, &paths::cargo_home());
+            let build = cmd!(sh, "cargo build --target-dir {dir}")
+                .env("CARGO_ENCODED_RUSTFLAGS", encode_rustflags(&flags))
+                .env_remove("RUSTFLAGS");
+            (build, String::new())
+        }
+        Some(target) => {
+            let toolchain = cross::toolchain(sh)?;
+            let dir = targets::packaged_dir();
+            let home = Path::new(cross::CHROOT_CARGO_HOME);
+            let flags = reproducible_rustflags(&paths::root(), &dir, home);
+            let env = [format!(
+                "CARGO_ENCODED_RUSTFLAGS={}",
+                encode_rustflags(&flags)
+            )];
+            let build = toolchain
+                .cmd(sh, target, &env, "cargo")
+                .args(["build", "--target", target.triple, "--offline"])
+                .arg("--target-dir")
+                .arg(&dir);
+            (
+                build,
+                format!(" for {} ({})", target.triple, toolchain.rustc),
+            )
+        }
+    };
+    build
+        .args(["--locked", "--quiet", "--release", "-p", "libgdrapi"])
+        .args(["-p", "mtgdrcopy-tests", "--lib", "--bins"])
+        .run()
+        .with_context(|| format!("building libgdrapi and the mtgdrcopy-tests programs{what}"))?;
+    done.push(ws.target.map(|t| t.triple));
     Ok(())
 }
 

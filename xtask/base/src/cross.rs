@@ -20,10 +20,9 @@ use std::sync::Mutex;
 use anyhow::{bail, ensure, Context, Result};
 use xshell::{cmd, Cmd, Shell};
 
-use crate::cargo::{encode_rustflags, reproducible_rustflags};
 use crate::chroot::{self, Chroot};
 use crate::paths;
-use crate::targets::{self, release_dir, target_dir, Target, AARCH64};
+use crate::targets::{release_dir, target_dir, Target, AARCH64};
 
 const CHROOT: &str = "sid-cross-arm64";
 
@@ -51,7 +50,7 @@ fn recipe() -> String {
 }
 
 /// Cargo's home in the toolchain chroot; the host's crate registry is mounted in it.
-const CHROOT_CARGO_HOME: &str = "/root/.cargo";
+pub(crate) const CHROOT_CARGO_HOME: &str = "/root/.cargo";
 
 /// Debian's cross toolchain, in its chroot (locked for this process once made).
 pub struct Toolchain {
@@ -172,51 +171,6 @@ impl Toolchain {
 /// cargo's runner for `target`: the emulator, with the cross sysroot's dynamic loader.
 fn runner(target: &Target) -> String {
     format!("{} -L /usr/{}", target.qemu, target.multiarch)
-}
-
-/// The packaged artifacts for `target`: libgdrapi (cdylib, staticlib) and the tools, release,
-/// in one cargo invocation as [`crate::build::packaged`] does natively, reproducible as it is
-/// (the same remapping of the workspace, the target directory and cargo's home, which is
-/// [`CHROOT_CARGO_HOME`] here) in a target directory of its own. Once per process.
-pub fn packaged(sh: &Shell, target: &Target) -> Result<()> {
-    static DONE: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    if DONE.get().is_some() {
-        return Ok(());
-    }
-    let toolchain = toolchain(sh)?;
-    let dir = targets::packaged_dir();
-    // The paths are the chroot's: the workspace and the target directory are mounted at their
-    // host paths, the registry under CHROOT_CARGO_HOME (mount points, not links, so what
-    // reproducible_rustflags resolves on the host adds nothing that matters inside).
-    let flags = reproducible_rustflags(&paths::root(), &dir, Path::new(CHROOT_CARGO_HOME));
-    let env = [format!(
-        "CARGO_ENCODED_RUSTFLAGS={}",
-        encode_rustflags(&flags)
-    )];
-    toolchain
-        .cmd(sh, target, &env, "cargo")
-        .args(["build", "--target", target.triple, "--locked", "--offline"])
-        .arg("--target-dir")
-        .arg(&dir)
-        .args([
-            "--quiet",
-            "--release",
-            "-p",
-            "libgdrapi",
-            "-p",
-            "mtgdrcopy-tests",
-            "--lib",
-            "--bins",
-        ])
-        .run()
-        .with_context(|| {
-            format!(
-                "cross-building libgdrapi and the tools for {} ({})",
-                target.triple, toolchain.rustc
-            )
-        })?;
-    let _ = DONE.set(());
-    Ok(())
 }
 
 /// `cargo xtask build --target`: the library and/or the tools for `target`, release.

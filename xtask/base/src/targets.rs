@@ -69,7 +69,7 @@ pub fn release_dir(target: &Target) -> PathBuf {
     target_dir().join(target.triple).join("release")
 }
 
-/// Where `cross::packaged` puts its products for `target`.
+/// Where `build::packaged` puts its products for `target`.
 pub fn packaged_release_dir(target: &Target) -> PathBuf {
     packaged_dir().join(target.triple).join("release")
 }

@@ -85,7 +85,7 @@ impl Workspace {
         }
     }
 
-    /// Where the packaged build (`build::packaged`, `cross::packaged`) puts its products.
+    /// Where the packaged build (`build::packaged`) puts its products.
     pub fn packaged_dir(&self) -> PathBuf {
         match self.target {
             Some(target) => targets::packaged_release_dir(target),

@@ -46,10 +46,7 @@ pub fn run(sh: &Shell, ws: &Workspace, packages: &[Package]) -> Result<Vec<PathB
     ensure!(!bundle || packages.len() == 1, "the bundle is built alone");
     xtask_base::host::ensure_host_packages(&crate::deb::HOST_PACKAGES)?;
     // Also for the architecture-independent packages: install-tree installs every file.
-    match ws.target {
-        Some(target) => xtask_base::cross::packaged(sh, target)?,
-        None => build::packaged(sh, &ws.target_dir)?,
-    }
+    build::packaged(sh, ws)?;
     let out = paths::build_dir()
         .join("deb")
         .join(if bundle { "bundle" } else { "split" });
