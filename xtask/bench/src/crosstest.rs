@@ -9,13 +9,13 @@ use xshell::{Cmd, Shell};
 
 use crate::library::link_library;
 use crate::runner::Step;
-use xtask_base::cross::{build, ensure_elf_for, toolchain};
+use xtask_base::cross::{build, toolchain};
 use xtask_base::paths;
 use xtask_base::targets::{self, Target, TARGETS};
 use xtask_base::targets::{release_dir, AARCH64};
 use xtask_base::workspace::Workspace;
 
-use crate::elf;
+use crate::elf::{self, ensure_elf_for};
 use xtask_pack::stage::Package;
 
 /// `deb-all` for `target`: the four packages, checked to carry the right architecture and
@@ -71,6 +71,8 @@ pub fn unit_tests(sh: &Shell, target: &Target) -> Result<()> {
 /// logging is filtered is the same Rust on every target: the native test covers it.)
 pub fn header_test(sh: &Shell, target: &Target) -> Result<()> {
     build(sh, target, true, false)?;
+    // The cross build really produced code for the target.
+    ensure_elf_for(&release_dir(target).join("libgdrapi.so"), target)?;
     let toolchain = toolchain(sh)?;
     let out = paths::build_dir().join(format!("header-test-{}", target.debian));
     let lib = link_library(&release_dir(target), &out.join("lib"))?;

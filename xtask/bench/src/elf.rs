@@ -5,9 +5,10 @@ use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 
 use xtask_base::files;
+use xtask_base::targets::Target;
 
 /// Executables and shared libraries (not archives, not kernel objects) in `tree`.
 pub fn elf_files(tree: &Path) -> Result<Vec<PathBuf>> {
@@ -54,4 +55,25 @@ pub fn elf_kind(path: &Path) -> Result<Option<ElfKind>> {
     } else {
         ElfKind::Executable
     }))
+}
+
+/// Checks that `path` is an ELF file for `target` (the cross build really produced arm64 code).
+pub fn ensure_elf_for(path: &Path, target: &Target) -> Result<()> {
+    let mut header = [0u8; 20];
+    fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut header))
+        .with_context(|| format!("reading the ELF header of {}", path.display()))?;
+    // e_machine: EM_AARCH64 is 183.
+    let machine = u16::from_le_bytes([header[18], header[19]]);
+    let expected = match target.debian {
+        "arm64" => 183,
+        other => bail!("no ELF machine number known for {other}"),
+    };
+    ensure!(
+        &header[..4] == b"\x7fELF" && machine == expected,
+        "{} is not an ELF file for {} (e_machine {machine})",
+        path.display(),
+        target.triple
+    );
+    Ok(())
 }
