@@ -150,7 +150,7 @@ pub fn packaged(sh: &Shell, ws: &Workspace) -> Result<()> {
                 encode_rustflags(&flags)
             )];
             let build = toolchain
-                .cmd(sh, target, &env, "cargo")
+                .cmd(sh, target, &env, None, "cargo")
                 .args(["build", "--target", target.triple, "--offline"])
                 .arg("--target-dir")
                 .arg(&dir);

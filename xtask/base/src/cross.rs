@@ -105,25 +105,15 @@ fn setup(sh: &Shell, root: &Path, log: &Path) -> Result<String> {
 }
 
 impl Toolchain {
-    /// `program` in the chroot, in the workspace, with the workspace and the crate registry
-    /// mounted and cargo's target settings in the environment, plus `env`.
+    /// `program` in the chroot, in `cwd` (a path under the workspace; default: the workspace),
+    /// with the workspace and the crate registry mounted and cargo's target settings in the
+    /// environment, plus `env`.
     pub fn cmd<'a>(
         &self,
         sh: &'a Shell,
         target: &Target,
         env: &[String],
-        program: &str,
-    ) -> Cmd<'a> {
-        self.cmd_in(sh, target, env, &paths::root(), program)
-    }
-
-    /// [`Toolchain::cmd`] in `cwd` (a path under the workspace).
-    pub fn cmd_in<'a>(
-        &self,
-        sh: &'a Shell,
-        target: &Target,
-        env: &[String],
-        cwd: &Path,
+        cwd: Option<&Path>,
         program: &str,
     ) -> Cmd<'a> {
         let root = paths::root();
@@ -146,7 +136,7 @@ impl Toolchain {
         ];
         vars.extend_from_slice(env);
         let opts = chroot::Options {
-            cwd: Some(cwd),
+            cwd: Some(cwd.unwrap_or(&root)),
             binds: &binds,
             env: &vars,
             ..Default::default()
@@ -158,7 +148,7 @@ impl Toolchain {
     /// `cargo SUBCOMMAND --target TRIPLE --locked --offline …` in the chroot.
     pub fn cargo<'a>(&self, sh: &'a Shell, target: &Target, subcommand: &str) -> Cmd<'a> {
         let triple = target.triple;
-        self.cmd(sh, target, &[], "cargo").args([
+        self.cmd(sh, target, &[], None, "cargo").args([
             subcommand,
             "--target",
             triple,

@@ -85,7 +85,7 @@ pub fn header_test(sh: &Shell, target: &Target) -> Result<()> {
         let compiler = format!("{}-{compiler}", target.multiarch);
         let exe = out.join(file.replace('.', "_"));
         toolchain
-            .cmd(sh, target, &[], &compiler)
+            .cmd(sh, target, &[], None, &compiler)
             .args([std, "-Wall", "-Wextra", "-Werror", "-pedantic"])
             .arg(format!("-I{}", include.display()))
             .arg(src.join(file))
@@ -130,7 +130,7 @@ pub fn run_program<'a>(
 ) -> Result<Cmd<'a>> {
     let sysroot = format!("/usr/{}", target.multiarch);
     Ok(toolchain(sh)?
-        .cmd(sh, target, env, target.qemu)
+        .cmd(sh, target, env, None, target.qemu)
         .args(["-L", &sysroot])
         .arg(exe))
 }
@@ -141,7 +141,7 @@ pub fn run_program<'a>(
 pub fn workspace_with_debian_rustc(sh: &Shell) -> Result<()> {
     let toolchain = toolchain(sh)?;
     toolchain
-        .cmd(sh, &AARCH64, &[], "cargo")
+        .cmd(sh, &AARCH64, &[], None, "cargo")
         .args([
             "check",
             "--quiet",

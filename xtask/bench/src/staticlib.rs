@@ -93,7 +93,7 @@ fn script_cmd<'a>(
                 .map(|tool| format!("{}={}-{tool}", tool.to_uppercase(), t.multiarch))
                 .collect();
             cross::toolchain(sh)?
-                .cmd(sh, t, &env, &script.to_string_lossy())
+                .cmd(sh, t, &env, None, &script.to_string_lossy())
                 .args([input, output])
         }
     })
@@ -223,6 +223,7 @@ impl<'a> Tools<'a> {
                 self.sh,
                 t,
                 &[],
+                None,
                 &format!("{}-{tool}", t.multiarch),
             )),
         }
@@ -239,7 +240,7 @@ impl<'a> Tools<'a> {
         match self.target {
             None => Ok(self.sh.cmd("rustc")),
             Some(t) => Ok(cross::toolchain(self.sh)?
-                .cmd(self.sh, t, &[], "rustc")
+                .cmd(self.sh, t, &[], None, "rustc")
                 .args(["--target", t.triple])),
         }
     }

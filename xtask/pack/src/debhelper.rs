@@ -80,7 +80,7 @@ pub fn run(sh: &Shell, ws: &Workspace, packages: &[Package]) -> Result<Vec<PathB
     let log = out.join("dpkg-buildpackage.log");
     let output = match ws.target {
         Some(target) => xtask_base::cross::toolchain(sh)?
-            .cmd_in(sh, target, &env, &src, "dpkg-buildpackage")
+            .cmd(sh, target, &env, Some(&src), "dpkg-buildpackage")
             .arg(format!("--host-arch={}", target.debian))
             .args(args)
             .quiet()
