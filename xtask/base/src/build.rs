@@ -11,7 +11,7 @@
 //! The packages' library and programs are a build of their own ([`packaged`]): reproducible,
 //! in target/packaged/release.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Mutex;
 
 use anyhow::{ensure, Context, Result};
@@ -131,36 +131,27 @@ pub fn packaged(sh: &Shell, ws: &Workspace) -> Result<()> {
         return Ok(());
     }
     let _cwd = sh.push_dir(paths::root());
+    let (dir, home) = match ws.target {
+        None => (packaged_target_dir(&ws.target_dir), paths::cargo_home()),
+        Some(_) => (targets::packaged_dir(), cross::CHROOT_CARGO_HOME.into()),
+    };
+    let flags = encode_rustflags(&reproducible_rustflags(&paths::root(), &dir, &home));
     let (build, what) = match ws.target {
         None => {
-            let dir = packaged_target_dir(&ws.target_dir);
-            let flags = reproducible_rustflags(&paths::root(), &dir, &paths::cargo_home());
-            let build = cmd!(sh, "cargo build --target-dir {dir}")
-                .env("CARGO_ENCODED_RUSTFLAGS", encode_rustflags(&flags))
-                .env_remove("RUSTFLAGS");
-            (build, String::new())
+            let build = cmd!(sh, "cargo build").env("CARGO_ENCODED_RUSTFLAGS", flags);
+            (build.env_remove("RUSTFLAGS"), String::new())
         }
         Some(target) => {
             let toolchain = cross::toolchain(sh)?;
-            let dir = targets::packaged_dir();
-            let home = Path::new(cross::CHROOT_CARGO_HOME);
-            let flags = reproducible_rustflags(&paths::root(), &dir, home);
-            let env = [format!(
-                "CARGO_ENCODED_RUSTFLAGS={}",
-                encode_rustflags(&flags)
-            )];
-            let build = toolchain
-                .cmd(sh, target, &env, None, "cargo")
-                .args(["build", "--target", target.triple, "--offline"])
-                .arg("--target-dir")
-                .arg(&dir);
-            (
-                build,
-                format!(" for {} ({})", target.triple, toolchain.rustc),
-            )
+            let env = [format!("CARGO_ENCODED_RUSTFLAGS={flags}")];
+            let build = toolchain.cmd(sh, target, &env, None, "cargo");
+            let what = format!(" for {} ({})", target.triple, toolchain.rustc);
+            (build.args(["build", "--target", target.triple]), what)
         }
     };
     build
+        .arg("--target-dir")
+        .arg(&dir)
         .args(["--locked", "--quiet", "--release", "-p", "libgdrapi"])
         .args(["-p", "mtgdrcopy-tests", "--lib", "--bins"])
         .run()
