@@ -145,10 +145,8 @@ pub fn prepare(
     let staging = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     remove_tree(&staging)?;
     let made = make(sh, suite, &staging, log, setup).and_then(|info| {
-        let mut stamp = String::from(recipe);
-        stamp.push('\n');
-        stamp.push_str(&info);
-        fs::write(staging.join(STAMP), stamp).context("writing the chroot's stamp")?;
+        fs::write(staging.join(STAMP), format!("{recipe}\n{info}"))
+            .context("writing the chroot's stamp")?;
         remove_tree(&root)?;
         fs::rename(&staging, &root)
             .with_context(|| format!("moving {} to {}", staging.display(), root.display()))?;

@@ -145,16 +145,10 @@ impl Toolchain {
         chroot::command(sh, &self.chroot.root, &opts, program).quiet()
     }
 
-    /// `cargo SUBCOMMAND --target TRIPLE --locked --offline …` in the chroot.
+    /// `cargo SUBCOMMAND --target TRIPLE --locked …` in the chroot (offline: see `cmd`).
     pub fn cargo<'a>(&self, sh: &'a Shell, target: &Target, subcommand: &str) -> Cmd<'a> {
-        let triple = target.triple;
-        self.cmd(sh, target, &[], None, "cargo").args([
-            subcommand,
-            "--target",
-            triple,
-            "--locked",
-            "--offline",
-        ])
+        let args = [subcommand, "--target", target.triple, "--locked"];
+        self.cmd(sh, target, &[], None, "cargo").args(args)
     }
 }
 
