@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand};
 
 use xtask_base::build;
 use xtask_bench::pkgtest;
-use xtask_pack::deb::{self, Which};
+use xtask_pack::deb;
 use xtask_pack::stage::{self, Package};
 use xtask_pack::{dsc, install};
 
@@ -87,16 +87,14 @@ fn main() -> Result<()> {
         Command::BuildTests => stage::cli(&[Package::Tests]),
         Command::BuildMeta => stage::cli(&[Package::Meta]),
         Command::BuildAll => stage::cli(&Package::SPLIT),
-        Command::DebKmod(args) => deb::cli(Which::One(Package::Kmod), args),
-        Command::DebLib(args) => deb::cli(Which::One(Package::Lib), args),
-        Command::DebTests(args) => deb::cli(Which::One(Package::Tests), args),
-        Command::DebMeta(args) => deb::cli(Which::One(Package::Meta), args),
-        Command::DebAll(args) => deb::cli(Which::All, args),
+        Command::DebKmod(args) => deb::cli(&[Package::Kmod], args),
+        Command::DebLib(args) => deb::cli(&[Package::Lib], args),
+        Command::DebTests(args) => deb::cli(&[Package::Tests], args),
+        Command::DebMeta(args) => deb::cli(&[Package::Meta], args),
+        Command::DebAll(args) => deb::cli(&Package::SPLIT, args),
         Command::DistSource(args) if args.check => pkgtest::source::cli(),
         Command::DistSource(_) => dsc::cli(),
-        Command::DebBundle(args) | Command::Deb(args) => {
-            deb::cli(Which::One(Package::Bundle), args)
-        }
+        Command::DebBundle(args) | Command::Deb(args) => deb::cli(&[Package::Bundle], args),
         Command::ReleaseCheck(args) => release::cli(args),
         Command::Bench(command) => command.run(),
     }

@@ -73,6 +73,11 @@ use xtask_pack::stage::{self, Package};
 use install::install_test;
 use root::Root;
 
+/// Where mtgdrdrv-dkms installs debian/scripts/mtgdrdrv-load (debian/scripts/install-tree),
+/// which decides whether mtgdrdrv may be loaded and loads it; the postinst runs it from there
+/// (`@LOAD_SCRIPT@`, filled in by debian/rules).
+pub const LOAD_SCRIPT: &str = "/usr/lib/mtgdrdrv/mtgdrdrv-load";
+
 /// The packaging steps; the install and upgrade tests only with `vm` (they boot QEMU).
 pub fn test_steps(vm: bool) -> Vec<Step<'static>> {
     let debs: Rc<RefCell<Option<Vec<Built>>>> = Rc::default();

@@ -36,14 +36,6 @@ use xtask_base::{debian, files, lintian, paths, targets};
 use crate::debhelper;
 use crate::stage::Package;
 
-/// Which packages a `deb-*` command builds.
-#[derive(Clone, Copy, Debug)]
-pub enum Which {
-    One(Package),
-    /// The four packages of a release (`deb-all`).
-    All,
-}
-
 /// A .deb written to build/.
 #[derive(Clone, Debug)]
 pub struct Built {
@@ -75,15 +67,12 @@ pub struct Args {
 /// installs its own.
 pub const HOST_PACKAGES: [&str; 4] = ["binutils", "debhelper", "dpkg-dev", "xz-utils"];
 
-pub fn cli(which: Which, args: Args) -> Result<()> {
+/// `cargo xtask deb-*`: builds `packages` and prints their files.
+pub fn cli(packages: &[Package], args: Args) -> Result<()> {
     let sh = Shell::new()?;
     sh.change_dir(paths::root());
     let ws = Workspace::load()?.for_target(targets::parse(args.target.as_deref())?);
-    let packages = match which {
-        Which::One(p) => vec![p],
-        Which::All => Package::SPLIT.to_vec(),
-    };
-    for b in build(&sh, &ws, &packages)? {
+    for b in build(&sh, &ws, packages)? {
         println!("{}", b.path.display());
         if let Some(dbgsym) = &b.dbgsym {
             println!("{}", dbgsym.display());

@@ -105,10 +105,6 @@ pub fn stage_all(sh: &Shell, packages: &[Package]) -> Result<Vec<PathBuf>> {
     Ok(packages.iter().map(|p| p.tree()).collect())
 }
 
-/// Where mtgdrdrv-dkms installs debian/scripts/mtgdrdrv-load, which decides whether mtgdrdrv
-/// may be loaded and loads it; the postinst runs it from there (`@LOAD_SCRIPT@`).
-pub const LOAD_SCRIPT: &str = "/usr/lib/mtgdrdrv/mtgdrdrv-load";
-
 /// `path` with every `@KEY@` replaced; fails if a placeholder is left.
 pub fn template(path: &Path, values: &[(&str, &str)]) -> Result<String> {
     let mut text = fs::read_to_string(path)?;

@@ -10,7 +10,6 @@ use super::root::Root;
 use super::{put_debs, SOFTDEP};
 use xtask_base::files;
 use xtask_pack::deb::Built;
-use xtask_pack::stage;
 
 /// DKMS built and installed mtgdrdrv for `release`: its status, the module file, no stub, the
 /// generated dkms.conf. Reports whether DKMS signed the module.
@@ -48,7 +47,7 @@ pub(super) fn check_dkms_installed(
     for file in [
         "/usr/lib/udev/rules.d/60-mtgdrdrv.rules",
         SOFTDEP,
-        stage::LOAD_SCRIPT,
+        super::LOAD_SCRIPT,
     ] {
         ensure!(host.exists(sh, file)?, "{file} is missing");
     }

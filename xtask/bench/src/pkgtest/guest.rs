@@ -12,7 +12,6 @@ use super::guest_script::guest_script;
 use super::root::Root;
 use super::{timed, SOFTDEP};
 use xtask_base::paths;
-use xtask_pack::stage;
 
 use crate::kernel::Kernel;
 use crate::{vm, vmtest};
@@ -59,7 +58,7 @@ pub(super) fn run_vm(sh: &Shell, kernel: &Kernel, host: &Root, container: &Root)
         format!("/lib/modules/{release}/updates/dkms/mtgdrdrv.ko"),
         // DKMS's depmod wrote it: the postinst's modprobe (busybox's here) finds mtgdrdrv there.
         format!("/lib/modules/{release}/modules.dep"),
-        stage::LOAD_SCRIPT.into(),
+        super::LOAD_SCRIPT.into(),
         SOFTDEP.into(),
         // kmod's modprobe, for the softdep: busybox's knows no softdep.
         "/usr/bin/kmod".into(),
@@ -75,7 +74,7 @@ pub(super) fn run_vm(sh: &Shell, kernel: &Kernel, host: &Root, container: &Root)
     // insmod.sh runs debian/scripts/mtgdrdrv-load beside it: there too, the copy the package installed.
     let load = files
         .iter()
-        .find(|(_, guest)| guest == stage::LOAD_SCRIPT)
+        .find(|(_, guest)| guest == super::LOAD_SCRIPT)
         .context("mtgdrdrv-load is not among the guest's files")?
         .0
         .clone();
