@@ -75,22 +75,15 @@ fn unreleased(tree: &Tree) -> Vec<String> {
     let entries = tree
         .packages
         .iter()
-        .map(|(package, _, changelog)| {
-            (
-                format!("debian/{}.changelog", package.stage_name()),
-                changelog,
-            )
-        })
-        .chain([("debian/changelog".to_owned(), &tree.source_changelog)]);
-    for (file, changelog) in entries {
-        match versions::changelog_distribution(changelog) {
-            Some("UNRELEASED") => findings.push(format!(
+        .map(|(package, _, entry)| (format!("debian/{}.changelog", package.stage_name()), entry))
+        .chain([("debian/changelog".to_owned(), &tree.source)]);
+    for (file, entry) in entries {
+        if entry.distribution == "UNRELEASED" {
+            findings.push(format!(
                 "{file}: the newest entry is UNRELEASED: set its distribution (unstable)"
-            )),
-            None => findings.push(format!("{file}: the newest entry has no distribution")),
-            Some(_) => {}
+            ));
         }
-        if versions::changelog_section(changelog).is_none() {
+        if entry.maintainer.is_empty() {
             findings.push(format!(
                 "{file}: the newest entry has no ` -- name <email>  date` trailer"
             ));
@@ -113,16 +106,16 @@ fn tag_matches(tag: &str, version: &str) -> Result<(), String> {
 /// RELEASE-NOTES.md: the newest changelog entry of each package.
 fn release_notes(tree: &Tree, version: &str) -> String {
     let mut notes = format!("# mtgdrcopy {version}\n\n");
-    for (package, debian_version, changelog) in &tree.packages {
-        let section = versions::changelog_section(changelog).unwrap_or_default();
+    for (package, debian_version, entry) in &tree.packages {
         notes.push_str(&format!(
-            "## {} {debian_version}{}\n\n```\n{section}\n```\n\n",
+            "## {} {debian_version}{}\n\n```\n{}\n```\n\n",
             package.deb_name(),
             if *package == Package::Bundle {
                 " (single package)"
             } else {
                 ""
-            }
+            },
+            entry.changes
         ));
     }
     notes.push_str(
@@ -302,7 +295,7 @@ mod tests {
         let ws = Workspace::load().unwrap();
         let mut tree = Tree::load(&ws).unwrap();
         assert_eq!(unreleased(&tree), Vec::<String>::new());
-        tree.packages[2].2 = tree.packages[2].2.replacen("unstable", "UNRELEASED", 1);
+        tree.packages[2].2.distribution = "UNRELEASED".into();
         let findings = unreleased(&tree);
         assert_eq!(findings.len(), 1, "{findings:?}");
         assert!(findings[0].contains("debian/mtgdrcopy-tests.changelog"));

@@ -57,24 +57,63 @@ impl Control {
     }
 }
 
-/// The version of the newest entry of a changelog (`name (version) dist; …`).
-pub fn changelog_version(changelog: &str) -> Option<&str> {
-    let first = changelog.lines().next()?;
-    let open = first.find('(')?;
-    let close = first[open..].find(')')? + open;
-    Some(&first[open + 1..close])
+/// The newest entry of a changelog, as dpkg-parsechangelog reads it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Entry {
+    pub source: String,
+    pub version: String,
+    /// `unstable`, or `UNRELEASED` while a release is being prepared.
+    pub distribution: String,
+    /// The trailer's `Name <address>`; empty when the entry has no trailer.
+    pub maintainer: String,
+    /// The trailer's date, in seconds since the epoch (SOURCE_DATE_EPOCH).
+    pub timestamp: String,
+    /// The entry's text up to its trailer, head line first.
+    pub changes: String,
+}
+
+impl Entry {
+    pub fn read(path: &Path) -> Result<Entry> {
+        let out = std::process::Command::new("dpkg-parsechangelog")
+            .arg("-l")
+            .arg(path)
+            .output()
+            .context("running dpkg-parsechangelog (package dpkg-dev)")?;
+        ensure!(
+            out.status.success(),
+            "dpkg-parsechangelog -l {}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let entry = parse(&text)?.into_iter().next();
+        let entry = entry.with_context(|| format!("{}: no changelog entry", path.display()))?;
+        let field = |name: &str| entry.get(name).unwrap_or_default().to_owned();
+        // The parser drops continuation lines' indentation; the changes keep theirs.
+        let changes = text.split_once("\nChanges:\n").map_or("", |(_, c)| c);
+        let changes = changes.lines().map(|l| l.strip_prefix(' ').unwrap_or(l));
+        Ok(Entry {
+            source: field("Source"),
+            version: field("Version"),
+            distribution: field("Distribution"),
+            maintainer: field("Maintainer"),
+            timestamp: field("Timestamp"),
+            changes: changes
+                .map(|l| if l == "." { "" } else { l })
+                .collect::<Vec<_>>()
+                .join("\n"),
+        })
+    }
 }
 
 /// The Debian revision of the source package (`1` of `1.0.0-1`): every binary package's
 /// version is its crate's version with this revision.
 pub fn revision() -> Result<String> {
-    let path = paths::root().join("debian/changelog");
-    let text = fs::read_to_string(&path)?;
-    let version = changelog_version(&text)
-        .with_context(|| format!("{}: no version in the first line", path.display()))?;
-    let (_, revision) = version
+    let entry = Entry::read(&paths::root().join("debian/changelog"))?;
+    let (_, revision) = entry
+        .version
         .rsplit_once('-')
-        .with_context(|| format!("{}: version {version} has no revision", path.display()))?;
+        .with_context(|| format!("debian/changelog: {} has no revision", entry.version))?;
     Ok(revision.to_owned())
 }
 
@@ -105,12 +144,44 @@ mod tests {
         assert!(parse("Files *\n").is_err());
     }
 
+    /// The fields of a changelog's newest entry.
     #[test]
-    fn versions_from_changelogs() {
+    fn changelog_entries() -> Result<()> {
+        let path = std::env::temp_dir().join(format!("xtask-changelog-{}", std::process::id()));
+        let trailer = " -- Dev <dev@example.org>  Mon, 30 Nov 2026 10:30:00 +0000\n";
+        let newer = "mtgdrcopy (1.1.0-1) UNRELEASED; urgency=medium\n\n  * New.\n\n  * More.\n\n";
+        let older = "mtgdrcopy (1.0.0-1) unstable; urgency=medium\n\n  * Old.\n\n";
+        fs::write(&path, format!("{newer}{trailer}\n{older}{trailer}"))?;
+        let entry = Entry::read(&path)?;
         assert_eq!(
-            changelog_version("mtgdrcopy (1.0.0-1) unstable; urgency=medium\n"),
-            Some("1.0.0-1")
+            (entry.source.as_str(), entry.version.as_str()),
+            ("mtgdrcopy", "1.1.0-1")
         );
+        assert_eq!(entry.distribution, "UNRELEASED");
+        assert_eq!(entry.maintainer, "Dev <dev@example.org>");
+        assert_eq!(entry.timestamp, "1796034600");
+        assert_eq!(
+            entry.changes,
+            "mtgdrcopy (1.1.0-1) UNRELEASED; urgency=medium\n\n  * New.\n\n  * More."
+        );
+        fs::remove_file(&path)?;
+        Ok(())
+    }
+
+    #[test]
+    fn an_entry_without_its_trailer_has_no_maintainer() -> Result<()> {
+        let path = std::env::temp_dir().join(format!("xtask-trailer-{}", std::process::id()));
+        fs::write(
+            &path,
+            "mtgdrcopy (1.0) unstable; urgency=medium\n\n  * No trailer.\n",
+        )?;
+        let entry = Entry::read(&path)?;
+        fs::remove_file(&path)?;
+        assert_eq!(
+            (entry.version.as_str(), entry.maintainer.as_str()),
+            ("1.0", "")
+        );
+        Ok(())
     }
 
     #[test]

@@ -77,22 +77,12 @@ pub fn build(sh: &Shell) -> Result<SourcePackage> {
     let ws = Workspace::load()?;
     // The newest entry of debian/changelog: the name and version of the source package, and
     // SOURCE_DATE_EPOCH as dpkg-buildpackage and dpkg-source set it (its date).
-    let changelog = paths::root().join("debian/changelog");
-    let entry = cmd!(sh, "dpkg-parsechangelog -l {changelog}")
-        .quiet()
-        .read()
-        .context("dpkg-parsechangelog (package dpkg-dev) failed on debian/changelog")?;
-    let entry = debian::parse(&entry)?
-        .into_iter()
-        .next()
-        .context("dpkg-parsechangelog printed no entry")?;
-    let field = |name: &str| {
-        entry
-            .get(name)
-            .map(str::to_owned)
-            .with_context(|| format!("debian/changelog: no {name}"))
-    };
-    let (name, version, epoch) = (field("Source")?, field("Version")?, field("Timestamp")?);
+    let entry = debian::Entry::read(&paths::root().join("debian/changelog"))?;
+    let (name, version, epoch) = (entry.source, entry.version, entry.timestamp);
+    ensure!(
+        !epoch.is_empty(),
+        "debian/changelog: the newest entry has no trailer"
+    );
     let (upstream, _) = version
         .rsplit_once('-')
         .with_context(|| format!("debian/changelog: {version} has no Debian revision"))?;

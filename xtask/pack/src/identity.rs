@@ -14,7 +14,7 @@ use toml_edit::{DocumentMut, Value};
 use xtask_base::generated::Generated;
 use xtask_base::{debian, paths};
 
-use crate::versions::{self, Tree};
+use crate::versions::Tree;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Identity {
@@ -111,14 +111,10 @@ pub fn placeholder_findings(tree: &Tree) -> Result<Vec<String>> {
     let changelogs = tree
         .packages
         .iter()
-        .map(|(package, _, text)| (format!("the {} changelog", package.deb_name()), text))
-        .chain([("debian/changelog".to_string(), &tree.source_changelog)]);
-    for (place, text) in changelogs {
-        // The newest entry ends with its trailer, ` -- Name <address>  date`.
-        let trailer = versions::changelog_section(text)
-            .and_then(|s| s.lines().last().map(str::to_string))
-            .unwrap_or_default();
-        texts.push((format!("{place}, newest trailer"), trailer));
+        .map(|(package, _, entry)| (format!("the {} changelog", package.deb_name()), entry))
+        .chain([("debian/changelog".to_string(), &tree.source)]);
+    for (place, entry) in changelogs {
+        texts.push((format!("{place}, newest trailer"), entry.maintainer.clone()));
     }
     for p in xtask_base::cargo::metadata(&root, &["--no-deps"])?.packages {
         let values = [p.repository, p.homepage].map(Option::unwrap_or_default);
@@ -247,11 +243,7 @@ mod tests {
         let mut tree = Tree::load(&ws).unwrap();
         assert_eq!(placeholder_findings(&tree).unwrap(), Vec::<String>::new());
         let name = tree.packages[0].0.deb_name();
-        let changelog = &mut tree.packages[0].2;
-        *changelog = changelog.replace(
-            "<mtgdrcopy@users.noreply.github.com>",
-            "<packaging@mtgdrcopy.example.org>",
-        );
+        tree.packages[0].2.maintainer = "Packager <packaging@mtgdrcopy.example.org>".into();
         let findings = placeholder_findings(&tree).unwrap();
         assert_eq!(findings.len(), 1, "{findings:?}");
         assert!(findings[0].contains(name), "{findings:?}");

@@ -12,13 +12,14 @@
 //!   staging), never a number;
 //! - the root Cargo.toml's `[workspace.dependencies]` pin the path crates' exact versions;
 //! - each package's `debian/<package>.changelog` starts with an entry for the package's Debian
-//!   version (`deb-*` refuses otherwise, through [`changelog_entry`]), and debian/changelog
+//!   version (`deb-*` refuses otherwise too), and debian/changelog
 //!   with the release's.
 
 use fs_err as fs;
 
 use anyhow::{bail, Result};
 
+use xtask_base::debian::Entry;
 use xtask_base::paths;
 use xtask_base::workspace::Workspace;
 
@@ -30,10 +31,10 @@ use crate::stage::Package;
 pub struct Tree {
     /// (crate, version) of the four crates that are packaged.
     pub crates: Vec<(String, String)>,
-    /// (package, its Debian version (deb.rs), its changelog's text).
-    pub packages: Vec<(Package, String, String)>,
-    /// debian/changelog: the source package's, at the release's (mtgdrcopy-meta's) version.
-    pub source_changelog: String,
+    /// (package, its Debian version (deb.rs), its changelog's newest entry).
+    pub packages: Vec<(Package, String, Entry)>,
+    /// debian/changelog's newest entry: the source package's, at the release's version.
+    pub source: Entry,
     pub dkms_template: String,
     /// The root Cargo.toml, whose `[workspace.dependencies]` pin the two path crates' versions.
     pub workspace_manifest: String,
@@ -49,13 +50,12 @@ impl Tree {
         let mut packages = Vec::new();
         for package in Package::SPLIT.into_iter().chain([Package::Bundle]) {
             let version = crate::deb::package_version(ws, package)?;
-            let changelog = fs::read_to_string(package.changelog())?;
-            packages.push((package, version, changelog));
+            packages.push((package, version, Entry::read(&package.changelog())?));
         }
         Ok(Tree {
             crates,
             packages,
-            source_changelog: fs::read_to_string(root.join("debian/changelog"))?,
+            source: Entry::read(&root.join("debian/changelog"))?,
             dkms_template: fs::read_to_string(root.join("dkms/dkms.conf.in"))?,
             workspace_manifest: fs::read_to_string(root.join("Cargo.toml"))?,
         })
@@ -70,46 +70,23 @@ impl Tree {
     }
 }
 
-/// Checks the newest entry of a package's changelog: `<package> (<version>) <dist>; ...`.
-/// Used by `deb-*` too, so no .deb is built without its changelog entry.
 /// The source package's name (debian/control).
 const SOURCE: &str = "mtgdrcopy";
 
-pub fn changelog_entry(package: Package, version: &str, changelog: &str) -> Result<(), String> {
-    let head = changelog.lines().next().unwrap_or_default();
-    // Entries carry the source package's name, whatever the binary package: dpkg-gencontrol
-    // reads debian/<package>.changelog and refuses another source name.
-    let expected = format!("{SOURCE} ({version}) ");
-    if head.starts_with(&expected) {
-        Ok(())
-    } else {
-        Err(format!(
-            "debian/{}.changelog: the newest entry is `{head}`, but the package is {} {version}: \
-             add an entry for this version",
-            package.stage_name(),
-            package.deb_name()
-        ))
+/// Checks the newest entry of a package's changelog: the source package's name (dpkg-gencontrol
+/// reads debian/<package>.changelog and refuses another) and the package's version.
+pub fn changelog_entry(package: Package, version: &str, entry: &Entry) -> Result<(), String> {
+    if entry.source == SOURCE && entry.version == version {
+        return Ok(());
     }
-}
-
-/// The distribution of a changelog's newest entry (`unstable`, or `UNRELEASED` while a
-/// release is being prepared).
-pub fn changelog_distribution(changelog: &str) -> Option<&str> {
-    let head = changelog.lines().next()?;
-    let (_, rest) = head.split_once(") ")?;
-    rest.split(';').next().map(str::trim)
-}
-
-/// The newest entry of a changelog: its head line up to and including its trailer line.
-pub fn changelog_section(changelog: &str) -> Option<String> {
-    let mut lines = Vec::new();
-    for line in changelog.lines() {
-        lines.push(line);
-        if line.starts_with(" -- ") {
-            return Some(lines.join("\n"));
-        }
-    }
-    None
+    Err(format!(
+        "debian/{}.changelog: the newest entry is {} {}, but the package is {} {version}: add \
+         an entry for this version (source {SOURCE})",
+        package.stage_name(),
+        entry.source,
+        entry.version,
+        package.deb_name()
+    ))
 }
 
 /// Every disagreement in `tree`, each a sentence saying which files disagree and how.
@@ -158,15 +135,16 @@ pub fn disagreements(tree: &Tree) -> Vec<String> {
         }
     }
 
-    for (package, version, changelog) in &tree.packages {
-        findings.extend(changelog_entry(*package, version, changelog).err());
+    for (package, version, entry) in &tree.packages {
+        findings.extend(changelog_entry(*package, version, entry).err());
     }
     let release = tree.crate_version("mtgdrcopy-meta");
-    let source = xtask_base::debian::changelog_version(&tree.source_changelog).unwrap_or_default();
+    let source = tree.source.version.as_str();
     let upstream = source.rsplit_once('-').map_or(source, |(u, _)| u);
     if upstream != crate::deb::upstream_version(release) {
         findings.push(format!(
-            "debian/changelog: the newest entry is {source:?}, but the release (mtgdrcopy-meta)              is {release}: add an entry for {release}-1"
+            "debian/changelog: the newest entry is {source:?}, but the release (mtgdrcopy-meta) \
+             is {release}: add an entry for {release}-1"
         ));
     }
 
@@ -194,13 +172,14 @@ pub fn check(ws: &Workspace) -> Result<()> {
 mod tests {
     use super::*;
 
-    fn changelog(name: &str, version: &str) -> String {
-        format!(
-            "{name} ({version}) unstable; urgency=medium\n\n  * Release.\n\n \
-             -- Dev <dev@example.org>  Mon, 30 Nov 2026 10:30:00 +0000\n\n\
-             {name} (0.0.1-1) unstable; urgency=medium\n\n  * Old.\n\n \
-             -- Dev <dev@example.org>  Sun, 29 Nov 2026 10:30:00 +0000\n"
-        )
+    fn changelog(name: &str, version: &str) -> Entry {
+        Entry {
+            source: name.into(),
+            version: version.into(),
+            distribution: "unstable".into(),
+            maintainer: "Dev <dev@example.org>".into(),
+            ..Entry::default()
+        }
     }
 
     /// A tree where everything agrees: driver 0.3.1, library 1.2.0.
@@ -226,7 +205,7 @@ mod tests {
             .map(|(n, v)| (n.to_string(), v.to_string()))
             .collect(),
             packages,
-            source_changelog: changelog("mtgdrcopy", "1.2.0-1"),
+            source: changelog("mtgdrcopy", "1.2.0-1"),
             dkms_template: "PACKAGE_NAME=\"mtgdrdrv\"\nPACKAGE_VERSION=\"@VERSION@\"\n".into(),
             workspace_manifest: "[workspace.dependencies]\n\
                                  mtgdrdrv = { path = \"mtgdrdrv\", version = \"0.3.1\" }\n\
@@ -286,7 +265,7 @@ mod tests {
         );
         disagrees(
             |t| t.packages[1].2 = changelog("mtgdrcopy", "1.1.0-1"),
-            "debian/libgdrapi.changelog: the newest entry is `mtgdrcopy (1.1.0-1)",
+            "debian/libgdrapi.changelog: the newest entry is mtgdrcopy 1.1.0-1,",
         );
         disagrees(
             |t| t.packages[4].2 = changelog("mtgdrcopy", "1.2.0-1"),
@@ -295,22 +274,6 @@ mod tests {
         disagrees(
             |t| t.packages[0].2 = changelog("mtgdrdrv-dkms", "0.3.1-1"),
             "debian/mtgdrdrv-dkms.changelog",
-        );
-    }
-
-    #[test]
-    fn changelog_sections_and_distributions() {
-        let text = changelog("libgdrapi", "1.2.0-1");
-        let section = changelog_section(&text).unwrap();
-        assert!(section.starts_with("libgdrapi (1.2.0-1) unstable;"));
-        assert!(section.ends_with("+0000"));
-        assert!(!section.contains("Old."));
-        assert_eq!(changelog_distribution(&text), Some("unstable"));
-        let unreleased = text.replacen("unstable", "UNRELEASED", 1);
-        assert_eq!(changelog_distribution(&unreleased), Some("UNRELEASED"));
-        assert_eq!(
-            changelog_section("libgdrapi (1.0) unstable\n  * no trailer\n"),
-            None
         );
     }
 }
