@@ -216,7 +216,7 @@ pub fn clean() -> Result<()> {
     sh.change_dir(paths::root());
     let build = paths::build_dir();
     if build.exists() {
-        std::fs::remove_dir_all(&build).with_context(|| format!("removing {}", build.display()))?;
+        fs_err::remove_dir_all(&build)?;
     }
     cmd!(sh, "cargo clean --quiet").run()?;
     Ok(())

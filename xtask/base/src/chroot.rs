@@ -11,8 +11,8 @@
 //! One process at a time uses a chroot: [`Chroot`] holds an exclusive lock on
 //! `chroots/<name>.lock`, since its build directory and DKMS registrations are shared state.
 
+use fs_err as fs;
 use std::ffi::OsStr;
-use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -45,7 +45,7 @@ pub struct Chroot {
     pub root: PathBuf,
     /// What `prepare`'s setup returned when the chroot was made (e.g. the kernel release).
     pub info: String,
-    _lock: fs_err::File,
+    _lock: fs::File,
 }
 
 impl Chroot {
@@ -148,8 +148,7 @@ pub fn prepare(
         fs::write(staging.join(STAMP), format!("{recipe}\n{info}"))
             .context("writing the chroot's stamp")?;
         remove_tree(&root)?;
-        fs::rename(&staging, &root)
-            .with_context(|| format!("moving {} to {}", staging.display(), root.display()))?;
+        fs::rename(&staging, &root)?;
         Ok(info)
     });
     if made.is_err() {
@@ -216,12 +215,8 @@ pub fn run_logged(cmd: Cmd<'_>, log: &Path, what: &str) -> Result<String> {
         .with_context(|| format!("running {what}"))?;
     let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
     text.push_str(&String::from_utf8_lossy(&out.stderr));
-    let mut file = fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .with_context(|| format!("opening {}", log.display()))?;
-    writeln!(file, "==> {what}\n{text}").with_context(|| format!("writing {}", log.display()))?;
+    let mut file = fs::OpenOptions::new().create(true).append(true).open(log)?;
+    writeln!(file, "==> {what}\n{text}")?;
     if !out.status.success() {
         let lines: Vec<&str> = text.lines().collect();
         bail!(
@@ -241,7 +236,7 @@ pub fn remove_tree(dir: &Path) -> Result<()> {
     if !dir.exists() {
         return Ok(());
     }
-    let mounts = fs::read_to_string("/proc/self/mounts").context("reading /proc/self/mounts")?;
+    let mounts = fs::read_to_string("/proc/self/mounts")?;
     if let Some(mount) = mounts
         .lines()
         .filter_map(|l| l.split_whitespace().nth(1))
@@ -252,7 +247,7 @@ pub fn remove_tree(dir: &Path) -> Result<()> {
             dir.display()
         );
     }
-    fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))
+    Ok(fs::remove_dir_all(dir)?)
 }
 
 /// The `deb` sources of the machine's apt configuration, as apt itself reads them (one-line
@@ -277,8 +272,7 @@ const INDEX_FORMAT: &str = "$(REPO_URI)\t$(RELEASE)\t$(COMPONENT)";
 
 impl HostSources {
     fn read(sh: &Shell) -> Result<HostSources> {
-        let os_release =
-            fs::read_to_string("/etc/os-release").context("reading /etc/os-release")?;
+        let os_release = fs::read_to_string("/etc/os-release")?;
         let codename = os_release
             .lines()
             .find_map(|l| l.strip_prefix("VERSION_CODENAME="))
