@@ -13,7 +13,6 @@
 
 use fs_err as fs;
 use std::ffi::OsStr;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -182,7 +181,7 @@ fn make(
     files::put_text(log, "", 0o644)?;
     // Only what apt itself needs comes from debootstrap; the rest through apt, whose dependency
     // resolution is the real one.
-    run_logged(
+    crate::host::run_logged(
         cmd!(
             sh,
             "debootstrap --variant=minbase --include=ca-certificates {suite} {root} {mirror}"
@@ -198,35 +197,12 @@ fn make(
     let info = setup(sh, root, log)?;
     // The downloaded .debs are no use once installed (the lists stay: the kernel image is
     // fetched through them later).
-    run_logged(
+    crate::host::run_logged(
         command(sh, root, &Options::default(), "apt-get").arg("clean"),
         log,
         "apt-get clean",
     )?;
     Ok(info)
-}
-
-/// Runs `cmd`, appending its output to `log`; a failure carries the output's last lines.
-pub fn run_logged(cmd: Cmd<'_>, log: &Path, what: &str) -> Result<String> {
-    let out = cmd
-        .quiet()
-        .ignore_status()
-        .output()
-        .with_context(|| format!("running {what}"))?;
-    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
-    text.push_str(&String::from_utf8_lossy(&out.stderr));
-    let mut file = fs::OpenOptions::new().create(true).append(true).open(log)?;
-    writeln!(file, "==> {what}\n{text}")?;
-    if !out.status.success() {
-        let lines: Vec<&str> = text.lines().collect();
-        bail!(
-            "{what} failed ({}); last lines (all in {}):\n{}",
-            out.status,
-            log.display(),
-            lines[lines.len().saturating_sub(25)..].join("\n")
-        );
-    }
-    Ok(text)
 }
 
 /// Removes `dir` (if present) unless something is mounted below it: `rm -r` through a /proc

@@ -86,7 +86,7 @@ pub fn toolchain(sh: &Shell) -> Result<&'static Toolchain> {
 /// Adds arm64 to dpkg and installs [`PACKAGES`]; returns rustc's version for the stamp.
 fn setup(sh: &Shell, root: &Path, log: &Path) -> Result<String> {
     let run = |program: &str, args: &[&str], what: &str| {
-        chroot::run_logged(
+        crate::host::run_logged(
             chroot::command(sh, root, &Default::default(), program).args(args),
             log,
             what,

@@ -1,7 +1,12 @@
-//! The machine xtask runs on: its Debian packages and its CPU.
+//! The machine xtask runs on: its Debian packages, and its commands run with their output kept
+//! in a log.
+
+use std::io::Write;
+use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use xshell::{cmd, Shell};
+use fs_err as fs;
+use xshell::{cmd, Cmd, Shell};
 
 /// Installs those of `pkgs` that are not installed yet. Checking is local and fast; apt's package
 /// lists are refreshed only when something must be installed, since that is the slow,
@@ -54,4 +59,27 @@ pub fn apt(sh: &Shell, args: &[&str]) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Runs `cmd`, appending its output to `log`; a failure carries the output's last lines.
+pub fn run_logged(cmd: Cmd<'_>, log: &Path, what: &str) -> Result<String> {
+    let out = cmd
+        .quiet()
+        .ignore_status()
+        .output()
+        .with_context(|| format!("running {what}"))?;
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    let mut file = fs::OpenOptions::new().create(true).append(true).open(log)?;
+    writeln!(file, "==> {what}\n{text}")?;
+    if !out.status.success() {
+        let lines: Vec<&str> = text.lines().collect();
+        bail!(
+            "{what} failed ({}); last lines (all in {}):\n{}",
+            out.status,
+            log.display(),
+            lines[lines.len().saturating_sub(25)..].join("\n")
+        );
+    }
+    Ok(text)
 }

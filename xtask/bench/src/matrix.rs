@@ -284,7 +284,7 @@ fn run(sh: &Shell, opts: Options) -> Result<()> {
 /// The chroot's setup (chroot::prepare): package lists, the suite's kernel headers, the tools.
 fn setup_suite(sh: &Shell, root: &Path, log: &Path) -> Result<String> {
     let apt_get = |args: &[&str], what: &str| {
-        chroot::run_logged(
+        xtask_base::host::run_logged(
             chroot::command(sh, root, &Default::default(), "apt-get").args(args),
             log,
             what,
@@ -532,7 +532,7 @@ fn install_and_build(
     release: &str,
     log: &Path,
 ) -> Result<()> {
-    chroot::run_logged(
+    xtask_base::host::run_logged(
         chroot.cmd(sh, "dpkg").arg("-i").arg(deb),
         log,
         &format!("dpkg -i {package}"),
@@ -574,7 +574,7 @@ fn install_and_build(
         "after dpkg -i, dkms status does not show {module} installed for {release} (the \
          postinst should have built it):\n{status}"
     );
-    chroot::run_logged(
+    xtask_base::host::run_logged(
         chroot
             .cmd(sh, "dkms")
             .args(["build", &module, "-k", release]),
@@ -636,7 +636,7 @@ fn purge(sh: &Shell, chroot: &Chroot, package: &str, log: &Path) -> Result<()> {
     if status.trim().is_empty() || status.ends_with("not-installed") {
         return Ok(());
     }
-    chroot::run_logged(
+    xtask_base::host::run_logged(
         chroot.cmd(sh, "dpkg").args(["--purge", package]),
         log,
         &format!("dpkg --purge {package}"),

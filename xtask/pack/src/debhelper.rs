@@ -78,32 +78,14 @@ pub fn run(sh: &Shell, ws: &Workspace, packages: &[Package]) -> Result<Vec<PathB
     ];
     let args = [mode, "-us", "-uc", "-nc", "-d"];
     let log = out.join("dpkg-buildpackage.log");
-    let output = match ws.target {
+    let build = match ws.target {
         Some(target) => xtask_base::cross::toolchain(sh)?
             .cmd(sh, target, &env, Some(&src), "dpkg-buildpackage")
             .arg(format!("--host-arch={}", target.debian))
-            .args(args)
-            .quiet()
-            .ignore_status()
-            .output(),
-        None => {
-            let _cwd = sh.push_dir(&src);
-            cmd!(sh, "env {env...} dpkg-buildpackage {args...}")
-                .quiet()
-                .ignore_status()
-                .output()
-        }
-    }
-    .context("running dpkg-buildpackage (install debhelper and dpkg-dev)")?;
-    let mut text = output.stdout;
-    text.extend_from_slice(&output.stderr);
-    fs::write(&log, &text)?;
-    ensure!(
-        output.status.success(),
-        "dpkg-buildpackage failed (whole log: {}):\n{}",
-        log.display(),
-        tail(&String::from_utf8_lossy(&text), 30)
-    );
+            .args(args),
+        None => cmd!(sh, "env -C {src} {env...} dpkg-buildpackage {args...}"),
+    };
+    xtask_base::host::run_logged(build, &log, "dpkg-buildpackage (debhelper, dpkg-dev)")?;
     // The package trees and their debug symbols' (where they have ELF files), as
     // `cargo xtask build-*` leaves them in build/pkg/.
     let debian = src.join("debian");
@@ -128,12 +110,6 @@ pub fn run(sh: &Shell, ws: &Workspace, packages: &[Package]) -> Result<Vec<PathB
         debs.extend(Some(entry?.path()).filter(|p| p.extension().is_some_and(|e| e == "deb")));
     }
     Ok(debs)
-}
-
-/// The last `n` lines of `text`.
-fn tail(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 /// Turns the copy's debian/ into the single-package build's: one binary package `mtgdrcopy`

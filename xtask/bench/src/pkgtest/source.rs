@@ -60,19 +60,19 @@ fn build_chroot(sh: &Shell) -> Result<chroot::Chroot> {
         false,
         &log,
         |sh, root, log| {
-            chroot::run_logged(
+            xtask_base::host::run_logged(
                 chroot::command(sh, root, &Default::default(), "apt-get").arg("update"),
                 log,
                 "apt-get update",
             )?;
-            chroot::run_logged(
+            xtask_base::host::run_logged(
                 chroot::command(sh, root, &Default::default(), "apt-get")
                     .args(["install", "-y"])
                     .args(&packages),
                 log,
                 "apt-get install (Build-Depends)",
             )?;
-            chroot::run_logged(
+            xtask_base::host::run_logged(
                 chroot::command(sh, root, &Default::default(), "rustc").arg("--version"),
                 log,
                 "rustc --version",
@@ -109,12 +109,12 @@ pub fn dpkg_buildpackage(sh: &Shell, source: &SourcePackage) -> Result<Vec<PathB
         };
         chroot::command(sh, &chroot.root, &opts, program)
     };
-    chroot::run_logged(
+    xtask_base::host::run_logged(
         offline(work, "dpkg-source").arg("-x").arg(&dsc).arg(&tree),
         &log,
         "dpkg-source -x",
     )?;
-    chroot::run_logged(
+    xtask_base::host::run_logged(
         offline(&tree, "dpkg-buildpackage").args(["-b", "-us", "-uc"]),
         &log,
         "dpkg-buildpackage -b (offline, trixie)",
