@@ -1,8 +1,6 @@
-//! What xtask reads of the Debian source package in `debian/` (debhelper builds the packages
-//! from it): `debian/control` (names, Build-Depends, maintainer, homepage) and
-//! `debian/changelog` (the revision).
+//! What xtask reads of Debian's formats: deb822 paragraphs (debian/control, the DEP-5
+//! copyright, dpkg's output) and changelog entries (the revision, versions, release notes).
 
-use fs_err as fs;
 use std::path::Path;
 
 use anyhow::{ensure, Context, Result};
@@ -15,46 +13,6 @@ pub use deb822_fast::Paragraph;
 /// joined with `\n`, their indentation dropped; `#` comments skipped).
 pub fn parse(text: &str) -> Result<Vec<Paragraph>> {
     Ok(text.parse::<deb822_fast::Deb822>()?.into_iter().collect())
-}
-
-/// `debian/control`: the source paragraph and the binary packages'.
-#[derive(Clone, Debug)]
-pub struct Control {
-    pub source: Paragraph,
-    pub binaries: Vec<Paragraph>,
-}
-
-impl Control {
-    pub fn load() -> Result<Control> {
-        Control::read(&paths::root().join("debian/control"))
-    }
-
-    pub fn read(path: &Path) -> Result<Control> {
-        let text = fs::read_to_string(path)?;
-        Control::parse(&text).with_context(|| format!("parsing {}", path.display()))
-    }
-
-    pub fn parse(text: &str) -> Result<Control> {
-        let mut paragraphs = parse(text)?.into_iter();
-        let source = paragraphs.next().context("no source paragraph")?;
-        ensure!(
-            source.get("Source").is_some(),
-            "the first paragraph has no Source"
-        );
-        let binaries: Vec<Paragraph> = paragraphs.collect();
-        ensure!(
-            binaries.iter().all(|p| p.get("Package").is_some()),
-            "a binary paragraph has no Package"
-        );
-        Ok(Control { source, binaries })
-    }
-
-    pub fn binary(&self, package: &str) -> Result<&Paragraph> {
-        self.binaries
-            .iter()
-            .find(|p| p.get("Package") == Some(package))
-            .with_context(|| format!("debian/control has no package {package}"))
-    }
 }
 
 /// The newest entry of a changelog, as dpkg-parsechangelog reads it.
@@ -120,6 +78,7 @@ pub fn revision() -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fs_err as fs;
 
     /// What the callers rely on: comments skipped, names case-insensitive, continuation lines
     /// joined, paragraphs split at blank lines.
@@ -186,11 +145,16 @@ mod tests {
 
     #[test]
     fn the_real_control_file_parses() -> Result<()> {
-        let control = Control::load()?;
-        assert_eq!(control.source.get("Source"), Some("mtgdrcopy"));
-        for package in ["mtgdrdrv-dkms", "libgdrapi", "mtgdrcopy-tests", "mtgdrcopy"] {
-            control.binary(package)?;
-        }
+        let control = parse(&fs::read_to_string(paths::root().join("debian/control"))?)?;
+        assert_eq!(control[0].get("Source"), Some("mtgdrcopy"));
+        let packages: Vec<&str> = control[1..]
+            .iter()
+            .filter_map(|p| p.get("Package"))
+            .collect();
+        assert_eq!(
+            packages,
+            ["mtgdrdrv-dkms", "libgdrapi", "mtgdrcopy-tests", "mtgdrcopy"]
+        );
         Ok(())
     }
 }

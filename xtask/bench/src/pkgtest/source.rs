@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, ensure, Context, Result};
 use xshell::{cmd, Shell};
 
-use xtask_base::debian::{self, Control};
+use xtask_base::debian;
 use xtask_base::workspace::Workspace;
 use xtask_base::{chroot, files, paths};
 use xtask_pack::deb::{self, Built};
@@ -31,10 +31,10 @@ pub fn cli() -> Result<()> {
 /// The trixie chroot the source package is built in: build-essential and the Build-Depends of
 /// debian/control, from Debian; remade when those change.
 fn build_chroot(sh: &Shell) -> Result<chroot::Chroot> {
-    let control = Control::load()?;
+    let control = debian::parse(&fs::read_to_string(paths::root().join("debian/control"))?)?;
     let depends = control
-        .source
-        .get("Build-Depends")
+        .first()
+        .and_then(|source| source.get("Build-Depends"))
         .context("debian/control has no Build-Depends")?;
     let mut names: Vec<String> = depends
         .split(',')
