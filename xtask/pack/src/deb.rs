@@ -91,16 +91,19 @@ pub fn build_everything(sh: &Shell, ws: &Workspace) -> Result<Vec<Built>> {
 /// Builds `packages` (each with its -dbgsym package) into build/, in one dpkg-buildpackage
 /// run (the bundle alone), replacing older builds.
 pub fn build(sh: &Shell, ws: &Workspace, packages: &[Package]) -> Result<Vec<Built>> {
+    // dh_gencontrol takes each version from the package's changelog: it must be the crate's.
+    for &package in packages {
+        let entry = debian::Entry::read(&package.changelog())?;
+        let version = package_version(ws, package)?;
+        crate::versions::changelog_entry(package, &version, &entry).map_err(anyhow::Error::msg)?;
+    }
     let _lock = files::lock()?;
     let debs = debhelper::run(sh, ws, packages)?;
-    packages
-        .iter()
-        .map(|&p| collect(sh, ws, &debs, p))
-        .collect()
+    packages.iter().map(|&p| collect(sh, &debs, p)).collect()
 }
 
 /// Moves `package`'s .deb and -dbgsym .deb out of what dpkg-buildpackage made into build/.
-fn collect(sh: &Shell, ws: &Workspace, debs: &[PathBuf], package: Package) -> Result<Built> {
+fn collect(sh: &Shell, debs: &[PathBuf], package: Package) -> Result<Built> {
     let named = |name: &str| {
         let prefix = format!("{name}_");
         let file = |d: &&PathBuf| {
@@ -115,16 +118,6 @@ fn collect(sh: &Shell, ws: &Workspace, debs: &[PathBuf], package: Package) -> Re
         .quiet()
         .read()
         .with_context(|| format!("reading the control file of {}", made.display()))?;
-    // dh_gencontrol takes the version from the package's changelog: it must be the crate's.
-    let version = field(&control, "Version").unwrap_or_default();
-    let expected = package_version(ws, package)?;
-    anyhow::ensure!(
-        version == expected,
-        "debian/{}.changelog: the newest entry is for {version}, but the package is {} \
-         {expected}: add an entry for this version",
-        package.stage_name(),
-        package.deb_name()
-    );
     let architecture = field(&control, "Architecture")
         .unwrap_or_default()
         .to_owned();

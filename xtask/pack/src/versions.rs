@@ -12,7 +12,7 @@
 //!   staging), never a number;
 //! - the root Cargo.toml's `[workspace.dependencies]` pin the path crates' exact versions;
 //! - each package's `debian/<package>.changelog` starts with an entry for the package's Debian
-//!   version (`deb-*` refuses otherwise too), and debian/changelog
+//!   version (`deb-*` refuses otherwise, through [`changelog_entry`]), and debian/changelog
 //!   with the release's.
 
 use fs_err as fs;
