@@ -99,6 +99,11 @@ pub fn command<'a>(sh: &'a Shell, root: &Path, opts: &Options, program: &str) ->
     )
 }
 
+/// The archive of this machine's apt sources that serves `suite`.
+pub fn host_mirror(sh: &Shell, suite: &str) -> Result<String> {
+    Ok(HostSources::read(sh)?.mirror(suite)?.to_owned())
+}
+
 /// The host path of `inside`, an absolute path in the chroot at `root`.
 pub fn host_path(root: &Path, inside: &Path) -> PathBuf {
     root.join(inside.strip_prefix("/").unwrap_or(inside))
@@ -177,7 +182,7 @@ fn make(
 ) -> Result<String> {
     let sources = HostSources::read(sh)?;
     let lines = sources.for_suite(suite);
-    let mirror = sources.mirror()?;
+    let mirror = sources.mirror(&sources.codename)?;
     files::put_text(log, "", 0o644)?;
     // Only what apt itself needs comes from debootstrap; the rest through apt, whose dependency
     // resolution is the real one.
@@ -268,18 +273,12 @@ impl HostSources {
         })
     }
 
-    /// The archive that serves the machine's own suite: debootstrap's mirror.
-    fn mirror(&self) -> Result<&str> {
-        self.sources
-            .iter()
-            .find(|s| s.suite == self.codename)
-            .map(|s| s.uri.as_str())
-            .with_context(|| {
-                format!(
-                    "no apt source of this machine serves {} (apt-get indextargets)",
-                    self.codename
-                )
-            })
+    /// The archive of the machine's sources that serves `suite`: debootstrap's mirror.
+    fn mirror(&self, suite: &str) -> Result<&str> {
+        let source = self.sources.iter().find(|s| s.suite == suite);
+        source.map(|s| s.uri.as_str()).with_context(|| {
+            format!("no apt source of this machine serves {suite} (apt-get indextargets)")
+        })
     }
 
     /// One-line sources for `suite`: each of the machine's sources for its own suite and that
@@ -380,13 +379,16 @@ mod tests {
             host.sources.iter().all(|s| s.uri.contains("://")),
             "{host:?}"
         );
-        assert!(host.mirror().is_ok(), "{host:?}");
+        assert!(host.mirror(&host.codename).is_ok(), "{host:?}");
     }
 
     #[test]
     fn suites_are_renamed() {
         let host = host();
-        assert_eq!(host.mirror().ok(), Some("http://archive.example/debian/"));
+        assert_eq!(
+            host.mirror("bookworm").ok(),
+            Some("http://archive.example/debian/")
+        );
         assert_eq!(
             host.for_suite("bullseye"),
             [

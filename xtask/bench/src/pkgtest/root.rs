@@ -217,7 +217,8 @@ pub fn minbase(sh: &Shell) -> Result<PathBuf> {
         }
     }
     build_layer(&dir, |tmp, scratch| {
-        let mirror = host_mirror()?;
+        let mirror =
+            xtask_base::chroot::host_mirror(sh, SUITE).context("a Debian 12 host is needed")?;
         eprintln!(
             "xtask: debootstrap --variant=minbase {SUITE} from {mirror} (once; cached in {})",
             dir.display()
@@ -398,49 +399,6 @@ exec chroot "$merged" "$@"
         xtask_base::files::put_text(&path, text, 0o755)?;
     }
     Ok(path)
-}
-
-/// The first `bookworm` mirror of this machine's apt sources (deb822 `.sources` files or
-/// one-line `sources.list` entries).
-fn host_mirror() -> Result<String> {
-    for (path, text) in host_sources()? {
-        if path.extension().is_some_and(|e| e == "sources") {
-            for stanza in text.split("\n\n") {
-                let field = |name: &str| {
-                    stanza.lines().find_map(|l| {
-                        let (k, v) = l.split_once(':')?;
-                        (k.trim().eq_ignore_ascii_case(name)).then(|| v.trim().to_owned())
-                    })
-                };
-                let suites = field("Suites").unwrap_or_default();
-                let types = field("Types").unwrap_or_else(|| "deb".into());
-                if types.split_whitespace().any(|t| t == "deb")
-                    && suites.split_whitespace().any(|s| s == SUITE)
-                {
-                    if let Some(uri) =
-                        field("URIs").and_then(|u| u.split_whitespace().next().map(String::from))
-                    {
-                        return Ok(uri);
-                    }
-                }
-            }
-        } else {
-            for line in text.lines() {
-                let mut words = line
-                    .split_whitespace()
-                    .filter(|w| !w.starts_with('['))
-                    .take(3);
-                if let (Some("deb"), Some(uri), Some(suite)) =
-                    (words.next(), words.next(), words.next())
-                {
-                    if suite == SUITE {
-                        return Ok(uri.to_owned());
-                    }
-                }
-            }
-        }
-    }
-    bail!("this machine's apt sources have no `deb` entry for {SUITE}: a Debian 12 host is needed")
 }
 
 /// The apt source files apt itself reads: /etc/apt/sources.list and
