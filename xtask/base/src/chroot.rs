@@ -5,8 +5,8 @@
 //! arm64 cross toolchain in one of its own, cross.rs). Chroots live in
 //! `cache_dir()/chroots/<name>/` (the suite's name unless given another), created once (in a
 //! staging directory renamed into place when complete, with a stamp naming the recipe) and then
-//! reused offline. The apt sources are the machine's own (`/etc/apt/sources.list{,.d}`) with the
-//! suite renamed: no mirror is named in the project.
+//! reused offline. The apt sources are the machine's own, as apt lists them, with the suite
+//! renamed: no mirror is named in the project.
 //!
 //! One process at a time uses a chroot: [`Chroot`] holds an exclusive lock on
 //! `chroots/<name>.lock`, since its build directory and DKMS registrations are shared state.
