@@ -64,15 +64,22 @@ impl Entry {
     }
 }
 
-/// The Debian revision of the source package (`1` of `1.0.0-1`): every binary package's
-/// version is its crate's version with this revision.
+impl Entry {
+    /// The Debian revision of the version (`1` of `1.0.0-1`).
+    pub fn revision(&self) -> Result<&str> {
+        let (_, revision) = self
+            .version
+            .rsplit_once('-')
+            .with_context(|| format!("{} {}: no Debian revision", self.source, self.version))?;
+        Ok(revision)
+    }
+}
+
+/// The Debian revision of the source package (debian/changelog's newest entry): every binary
+/// package's version is its crate's version with this revision.
 pub fn revision() -> Result<String> {
     let entry = Entry::read(&paths::root().join("debian/changelog"))?;
-    let (_, revision) = entry
-        .version
-        .rsplit_once('-')
-        .with_context(|| format!("debian/changelog: {} has no revision", entry.version))?;
-    Ok(revision.to_owned())
+    Ok(entry.revision()?.to_owned())
 }
 
 #[cfg(test)]

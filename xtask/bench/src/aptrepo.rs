@@ -145,13 +145,14 @@ pub fn cli(args: Args) -> Result<()> {
         "build/ has no .deb: run `cargo xtask deb-all` and `cargo xtask deb-bundle` first"
     );
     // A .deb of another version (left by an older checkout) must not slip into a release.
+    let revision = xtask_base::debian::revision()?;
     for path in &debs {
         let deb = Deb::read(&sh, path)?;
         let expected = stage::Package::SPLIT
             .into_iter()
             .chain([stage::Package::Bundle])
             .filter(|p| p.deb_name() == deb.package)
-            .map(|p| -> Result<String> { xtask_pack::deb::package_version(&ws, p) })
+            .map(|p| -> Result<String> { xtask_pack::deb::package_version(&ws, p, &revision) })
             .collect::<Result<Vec<_>>>()?;
         ensure!(
             expected.contains(&deb.version),

@@ -92,9 +92,10 @@ pub fn build_everything(sh: &Shell, ws: &Workspace) -> Result<Vec<Built>> {
 /// run (the bundle alone), replacing older builds.
 pub fn build(sh: &Shell, ws: &Workspace, packages: &[Package]) -> Result<Vec<Built>> {
     // dh_gencontrol takes each version from the package's changelog: it must be the crate's.
+    let revision = debian::revision()?;
     for &package in packages {
         let entry = debian::Entry::read(&package.changelog())?;
-        let version = package_version(ws, package)?;
+        let version = package_version(ws, package, &revision)?;
         crate::versions::changelog_entry(package, &version, &entry).map_err(anyhow::Error::msg)?;
     }
     let _lock = files::lock()?;
@@ -140,14 +141,19 @@ fn collect(sh: &Shell, debs: &[PathBuf], package: Package) -> Result<Built> {
     })
 }
 
-/// The package's Debian version: its crate's version and the source package's revision.
-pub fn package_version(ws: &Workspace, package: Package) -> Result<String> {
+/// The package's Debian version: its crate's version and the source package's `revision`
+/// ([`debian::revision`]).
+pub fn package_version(ws: &Workspace, package: Package, revision: &str) -> Result<String> {
     let krate = ws.krate(package.crate_name())?;
-    let mut revision = debian::revision()?;
-    if package == Package::Bundle {
-        revision.push_str("+bundle");
-    }
-    Ok(format!("{}-{revision}", upstream_version(&krate.version)))
+    let bundle = if package == Package::Bundle {
+        "+bundle"
+    } else {
+        ""
+    };
+    Ok(format!(
+        "{}-{revision}{bundle}",
+        upstream_version(&krate.version)
+    ))
 }
 
 /// A crate version as a Debian upstream version: a semver pre-release (`1.1.0-beta.1`) sorts

@@ -47,15 +47,17 @@ impl Tree {
         for name in ["mtgdrdrv", "libgdrapi", "mtgdrcopy-tests", "mtgdrcopy-meta"] {
             crates.push((name.to_owned(), ws.krate(name)?.version.clone()));
         }
+        let source = Entry::read(&root.join("debian/changelog"))?;
+        let revision = source.revision()?;
         let mut packages = Vec::new();
         for package in Package::SPLIT.into_iter().chain([Package::Bundle]) {
-            let version = crate::deb::package_version(ws, package)?;
+            let version = crate::deb::package_version(ws, package, revision)?;
             packages.push((package, version, Entry::read(&package.changelog())?));
         }
         Ok(Tree {
             crates,
             packages,
-            source: Entry::read(&root.join("debian/changelog"))?,
+            source,
             dkms_template: fs::read_to_string(root.join("dkms/dkms.conf.in"))?,
             workspace_manifest: fs::read_to_string(root.join("Cargo.toml"))?,
         })
