@@ -190,6 +190,8 @@ pub fn cli(args: Args) -> Result<()> {
         Tests::Quick => "tests green (cargo xtask test --no-vm --no-matrix)",
         Tests::None => ".debs built, lintian clean",
     };
+    // The .debs `--tests none` builds, which --dist then publishes as they are.
+    let mut built = None;
     // The tests take up to half an hour: not for a tree already known not to be releasable.
     if report.iter().any(|(_, r, _)| matches!(r, Some(Err(_)))) {
         report.push((name, None, 0.0));
@@ -209,7 +211,9 @@ pub fn cli(args: Args) -> Result<()> {
             }
             Tests::None => {
                 let debs = deb::build_everything(&sh, &ws)?;
-                deb::lintian(&sh, &debs)
+                deb::lintian(&sh, &debs)?;
+                built = Some(debs);
+                Ok(())
             }
         });
     }
@@ -235,24 +239,30 @@ pub fn cli(args: Args) -> Result<()> {
     println!("mtgdrcopy {version} is releasable");
 
     if let Some(dist) = args.dist {
-        write_dist(&sh, &ws, &tree, &version, &dist)?;
+        write_dist(&sh, &ws, built, &tree, &version, &dist)?;
     }
     Ok(())
 }
 
 /// Copies every .deb of this tree's release (with the -dbgsym ones) and the source package into
-/// `dist` with SHA256SUMS and RELEASE-NOTES.md.
+/// `dist` with SHA256SUMS and RELEASE-NOTES.md. `built`: the .debs this run already built, if
+/// it did.
 fn write_dist(
     sh: &Shell,
     ws: &Workspace,
+    built: Option<Vec<deb::Built>>,
     tree: &Tree,
     version: &str,
     dist: &std::path::Path,
 ) -> Result<()> {
     files::fresh_dir(dist)?;
-    // Built again (quick: cargo's release build is incremental) rather than picked from build/,
-    // where other versions may lie; the source package for distributions that build their own.
-    let debs = deb::build_everything(sh, ws)?;
+    // The .debs as built by this run, or built now (cargo's release build is incremental) for
+    // those the test runner built out of reach, rather than picked from build/, where other
+    // versions may lie; the source package for distributions that build their own.
+    let debs = match built {
+        Some(debs) => debs,
+        None => deb::build_everything(sh, ws)?,
+    };
     let source = xtask_pack::dsc::build(sh)?;
     let files = debs
         .iter()
