@@ -29,17 +29,23 @@ pub enum ElfKind {
     SharedObject,
 }
 
+/// The start of an ELF header: identification, e_type (16..18), e_machine (18..20). `None`
+/// for a file too short to be one.
+fn header(path: &Path) -> Result<Option<[u8; 20]>> {
+    let mut header = [0u8; 20];
+    let mut file = fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    match file.read_exact(&mut header) {
+        Ok(()) => Ok(Some(header)),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
 /// The kind of `path` if it is a loadable ELF file (not an archive or a kernel object).
 pub fn elf_kind(path: &Path) -> Result<Option<ElfKind>> {
-    let mut header = [0u8; 18];
-    let mut file = fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut n = 0;
-    while n < header.len() {
-        match file.read(&mut header[n..])? {
-            0 => return Ok(None),
-            k => n += k,
-        }
-    }
+    let Some(header) = header(path)? else {
+        return Ok(None);
+    };
     // ET_EXEC (2) or ET_DYN (3), little-endian (amd64, arm64).
     let loadable =
         &header[..4] == b"\x7fELF" && matches!(u16::from_le_bytes([header[16], header[17]]), 2 | 3);
@@ -59,10 +65,8 @@ pub fn elf_kind(path: &Path) -> Result<Option<ElfKind>> {
 
 /// Checks that `path` is an ELF file for `target` (the cross build really produced arm64 code).
 pub fn ensure_elf_for(path: &Path, target: &Target) -> Result<()> {
-    let mut header = [0u8; 20];
-    fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut header))
-        .with_context(|| format!("reading the ELF header of {}", path.display()))?;
+    let header = header(path)?
+        .with_context(|| format!("{} is too short for an ELF file", path.display()))?;
     // e_machine: EM_AARCH64 is 183.
     let machine = u16::from_le_bytes([header[18], header[19]]);
     let expected = match target.debian {
