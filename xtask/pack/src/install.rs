@@ -179,11 +179,7 @@ fn install_lib(
     let soname = format!("libgdrapi.so.{major}");
     let (built, installed) = (release.join("libgdrapi.so"), libdir.join(&real));
     files::parent_of(&installed)?;
-    cmd!(sh, "strip --remove-section=.comment --remove-section=.note --strip-unneeded -o {installed} {built}")
-        .quiet()
-        .run()
-        .context("stripping libgdrapi.so (binutils)")?;
-    files::set_mode(&installed, 0o644)?;
+    strip(sh, &["--strip-unneeded"], &built, &installed, 0o644)?;
     files::put_symlink(&real, &libdir.join(&soname))?;
     files::put_symlink(&soname, &libdir.join("libgdrapi.so"))?;
     // The static library as the package has it: only the gdr_* symbols global.
@@ -195,11 +191,8 @@ fn install_lib(
         .quiet()
         .run()
         .context("reducing libgdrapi.a to the gdr_* symbols")?;
-    cmd!(sh, "strip --strip-debug --remove-section=.comment --remove-section=.note --enable-deterministic-archives -o {archive} {reduced}")
-        .quiet()
-        .run()
-        .context("stripping libgdrapi.a (binutils)")?;
-    files::set_mode(&archive, 0o644)?;
+    let deterministic = ["--strip-debug", "--enable-deterministic-archives"];
+    strip(sh, &deterministic, &reduced, &archive, 0o644)?;
     Ok(installed)
 }
 
@@ -207,16 +200,25 @@ fn install_lib(
 fn install_exes(sh: &Shell, ws: &Workspace, bins: &[String], bindir: &Path) -> Result<()> {
     fs::create_dir_all(bindir)?;
     for name in bins {
-        let built = ws.release_dir().join(name);
-        let to = bindir.join(name);
-        cmd!(
+        strip(
             sh,
-            "strip --remove-section=.comment --remove-section=.note -o {to} {built}"
-        )
-        .quiet()
-        .run()
-        .with_context(|| format!("stripping {name} (binutils)"))?;
-        files::set_mode(&to, 0o755)?;
+            &[],
+            &ws.release_dir().join(name),
+            &bindir.join(name),
+            0o755,
+        )?;
     }
     Ok(())
+}
+
+/// `from` stripped of the compiler's notes and `options` into `to`, which gets `mode`.
+fn strip(sh: &Shell, options: &[&str], from: &Path, to: &Path, mode: u32) -> Result<()> {
+    cmd!(
+        sh,
+        "strip --remove-section=.comment --remove-section=.note {options...} -o {to} {from}"
+    )
+    .quiet()
+    .run()
+    .with_context(|| format!("stripping {} (binutils)", from.display()))?;
+    files::set_mode(to, mode)
 }
