@@ -104,26 +104,6 @@ struct GDRDRV_IOC_PIN_BUFFER_PARAMS {
   gdr_hnd_t handle;
 };
 
-struct GDRDRV_IOC_PIN_BUFFER_V2_PARAMS {
-  /**
-   * in: GPU virtual address of the range to pin.
-   */
-  __u64 addr;
-  /**
-   * in: length in bytes.
-   */
-  __u64 size;
-  /**
-   * in: `GDRDRV_PIN_BUFFER_FLAG_*`.
-   */
-  __u32 flags;
-  __u32 pad;
-  /**
-   * out
-   */
-  gdr_hnd_t handle;
-};
-
 struct GDRDRV_IOC_UNPIN_BUFFER_PARAMS {
   /**
    * in
@@ -195,6 +175,26 @@ struct GDRDRV_IOC_GET_ATTR_PARAMS {
    * out
    */
   __u32 val;
+};
+
+struct GDRDRV_IOC_PIN_BUFFER_V2_PARAMS {
+  /**
+   * in: GPU virtual address of the range to pin.
+   */
+  __u64 addr;
+  /**
+   * in: length in bytes.
+   */
+  __u64 size;
+  /**
+   * in: `GDRDRV_PIN_BUFFER_FLAG_*`.
+   */
+  __u32 flags;
+  __u32 pad;
+  /**
+   * out
+   */
+  gdr_hnd_t handle;
 };
 
 struct GDRDRV_IOC_REQ_MAPPING_TYPE_PARAMS {

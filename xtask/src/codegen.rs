@@ -120,13 +120,13 @@ fn uapi_header(
     path: &Path,
     crate_dir: &Path,
     mut config: cbindgen::Config,
-    types: &[&str],
+    types: impl IntoIterator<Item = impl Into<String>>,
     defines: &str,
 ) -> Result<Generated> {
     config.style = cbindgen::Style::Tag;
     config.after_includes = Some("#include <linux/types.h>".into());
     config.export.exclude = vec!["__u32".into(), "__u64".into(), "__s32".into()];
-    config.export.include = types.iter().map(|t| t.to_string()).collect();
+    config.export.include = types.into_iter().map(Into::into).collect();
     c_header(path, crate_dir, config, defines)
 }
 
@@ -181,20 +181,11 @@ fn kmod_header(root: &Path) -> Result<Generated> {
         &root.join("mtgdrdrv/kmod/mtgdrdrv_ioctl.h"),
         &root.join("mtgdrdrv"),
         config,
-        &[
-            "gdr_hnd_t",
-            "gdr_mr_type_t",
-            "gdrdrv_attr_t",
-            "GDRDRV_IOC_PIN_BUFFER_PARAMS",
-            "GDRDRV_IOC_PIN_BUFFER_V2_PARAMS",
-            "GDRDRV_IOC_UNPIN_BUFFER_PARAMS",
-            "GDRDRV_IOC_GET_CB_FLAG_PARAMS",
-            "GDRDRV_IOC_GET_INFO_PARAMS",
-            "GDRDRV_IOC_GET_INFO_V2_PARAMS",
-            "GDRDRV_IOC_GET_ATTR_PARAMS",
-            "GDRDRV_IOC_REQ_MAPPING_TYPE_PARAMS",
-            "GDRDRV_IOC_GET_VERSION_PARAMS",
-        ],
+        // Each command's parameter struct, and the types the structs name only in comments.
+        ["gdr_mr_type_t", "gdrdrv_attr_t"]
+            .map(String::from)
+            .into_iter()
+            .chain(abi::IOCTLS.iter().map(|(name, _)| format!("{name}_PARAMS"))),
         &defines,
     )
 }
@@ -220,7 +211,7 @@ fn emu_header(root: &Path) -> Result<Generated> {
         &root.join("testing/mtgpu-emu/mtgpu_emu_ioctl.h"),
         &root.join("testing/emu-abi"),
         config,
-        &[
+        [
             "mtgpu_emu_fault_kind",
             "mtgpu_emu_alloc",
             "mtgpu_emu_free",
