@@ -111,15 +111,12 @@ pub fn build(sh: &Shell) -> Result<SourcePackage> {
 
     // debian/ joins the unpacked tree; dpkg-source makes the .debian.tar.xz and the .dsc.
     copy_tracked(sh, &dir, "debian", &[])?;
-    {
-        let _cwd = sh.push_dir(&out);
-        // dpkg-source sets SOURCE_DATE_EPOCH from debian/changelog itself.
-        cmd!(sh, "dpkg-source --build {top}")
-            .quiet()
-            .ignore_stdout()
-            .run()
-            .context("dpkg-source --build failed")?;
-    }
+    // dpkg-source sets SOURCE_DATE_EPOCH from debian/changelog itself.
+    cmd!(sh, "env -C {out} dpkg-source --build {top}")
+        .quiet()
+        .ignore_stdout()
+        .run()
+        .context("dpkg-source --build failed")?;
     chroot::remove_tree(&dir)?;
     let source = SourcePackage {
         dsc: out.join(format!("{name}_{version}.dsc")),
