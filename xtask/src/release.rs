@@ -27,7 +27,7 @@ use fs_err as fs;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{ensure, Context, Result};
 use xshell::{cmd, Shell};
 
 use xtask_base::workspace::Workspace;
@@ -93,14 +93,12 @@ fn unreleased(tree: &Tree) -> Vec<String> {
 }
 
 /// The tag against the release version.
-fn tag_matches(tag: &str, version: &str) -> Result<(), String> {
-    if tag == format!("v{version}") {
-        Ok(())
-    } else {
-        Err(format!(
-            "tag {tag} does not name this tree's release v{version} (mtgdrcopy-meta/Cargo.toml)"
-        ))
-    }
+fn tag_matches(tag: &str, version: &str) -> Result<()> {
+    ensure!(
+        tag == format!("v{version}"),
+        "tag {tag} does not name this tree's release v{version} (mtgdrcopy-meta/Cargo.toml)"
+    );
+    Ok(())
 }
 
 /// RELEASE-NOTES.md: the newest changelog entry of each package.
@@ -146,11 +144,8 @@ pub fn cli(args: Args) -> Result<()> {
         report.push((name, Some(result), start.elapsed().as_secs_f64()));
     }
     let findings_to_result = |findings: Vec<String>| -> Result<()> {
-        if findings.is_empty() {
-            Ok(())
-        } else {
-            bail!("\n  {}", findings.join("\n  "))
-        }
+        ensure!(findings.is_empty(), "\n  {}", findings.join("\n  "));
+        Ok(())
     };
 
     check(&mut report, "versions agree", &mut || {
@@ -161,7 +156,7 @@ pub fn cli(args: Args) -> Result<()> {
     });
     if let Some(tag) = &args.tag {
         check(&mut report, "tag names the release", &mut || {
-            tag_matches(tag, &version).map_err(anyhow::Error::msg)
+            tag_matches(tag, &version)
         });
     }
     check(&mut report, "working tree committed", &mut || {
@@ -169,11 +164,11 @@ pub fn cli(args: Args) -> Result<()> {
             .quiet()
             .read()
             .context("running git status")?;
-        if status.trim().is_empty() || args.allow_dirty {
-            Ok(())
-        } else {
-            bail!("uncommitted changes (commit them, or pass --allow-dirty):\n{status}")
-        }
+        ensure!(
+            status.trim().is_empty() || args.allow_dirty,
+            "uncommitted changes (commit them, or pass --allow-dirty):\n{status}"
+        );
+        Ok(())
     });
     check(
         &mut report,
@@ -203,10 +198,7 @@ pub fn cli(args: Args) -> Result<()> {
                     no_vm: quick,
                     no_matrix: quick,
                     no_cross: quick,
-                    only: Vec::new(),
-                    quick: false,
-                    serial: false,
-                    lane: None,
+                    ..Default::default()
                 })
             }
             Tests::None => {
@@ -233,9 +225,7 @@ pub fn cli(args: Args) -> Result<()> {
             }
         }
     }
-    if !failed.is_empty() {
-        bail!("not releasable: {}", failed.join(", "));
-    }
+    ensure!(failed.is_empty(), "not releasable: {}", failed.join(", "));
     println!("mtgdrcopy {version} is releasable");
 
     if let Some(dist) = args.dist {

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use fs_err as fs;
 use xshell::{cmd, Cmd, Shell};
 
@@ -49,15 +49,14 @@ pub fn apt(sh: &Shell, args: &[&str]) -> Result<()> {
         .ignore_status()
         .output()
         .context("running apt-get")?;
-    if !out.status.success() {
-        bail!(
-            "`apt-get {}` failed ({}); installing packages needs root\n{}{}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    ensure!(
+        out.status.success(),
+        "`apt-get {}` failed ({}); installing packages needs root\n{}{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     Ok(())
 }
 

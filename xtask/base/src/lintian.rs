@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{ensure, Context, Result};
 use xshell::{cmd, Shell};
 
 use crate::host::ensure_host_packages;
@@ -30,20 +30,19 @@ pub fn lintian_files(sh: &Shell, files: &[PathBuf]) -> Result<()> {
     for line in &reported {
         eprintln!("      {line}");
     }
-    if !out.status.success() {
-        bail!(
-            "lintian failed ({}):\n{}{}",
-            out.status,
-            reported
-                .iter()
-                .map(|l| format!("  {l}\n"))
-                .collect::<String>(),
-            String::from_utf8_lossy(&out.stderr)
-                .lines()
-                .filter(|l| !l.contains("root privileges"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
-    }
+    ensure!(
+        out.status.success(),
+        "lintian failed ({}):\n{}{}",
+        out.status,
+        reported
+            .iter()
+            .map(|l| format!("  {l}\n"))
+            .collect::<String>(),
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .filter(|l| !l.contains("root privileges"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     Ok(())
 }

@@ -16,7 +16,7 @@ use xtask_base::paths;
 /// The unit of `cargo xtask test`: a named, timed step.
 pub type Step<'a> = (&'static str, Box<dyn Fn(&Shell) -> Result<()> + 'a>);
 
-#[derive(clap::Args)]
+#[derive(clap::Args, Default)]
 pub struct Args {
     /// Skip the steps that boot QEMU (the kernel module tests).
     #[arg(long)]
@@ -245,21 +245,10 @@ fn unit_tests(sh: &Shell) -> Result<()> {
     cmd!(sh, "cargo test --quiet --workspace").run()?;
     Ok(())
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn args() -> Args {
-        Args {
-            no_vm: false,
-            no_matrix: false,
-            no_cross: false,
-            only: Vec::new(),
-            quick: false,
-            serial: false,
-            lane: None,
-        }
-    }
 
     fn names(steps: &[Step]) -> Vec<&'static str> {
         steps.iter().map(|(name, _)| *name).collect()
@@ -269,7 +258,7 @@ mod tests {
     fn quick_is_the_five_developer_steps_in_the_host_lane() {
         let (host, guests) = steps(&Args {
             quick: true,
-            ..args()
+            ..Args::default()
         })
         .unwrap();
         assert_eq!(names(&host), QUICK);
@@ -278,7 +267,7 @@ mod tests {
 
     #[test]
     fn the_guest_lane_is_the_vm_tests_benchmarks_and_matrix() {
-        let (host, guests) = steps(&args()).unwrap();
+        let (host, guests) = steps(&Args::default()).unwrap();
         let guests = names(&guests);
         assert!(guests.iter().any(|n| n.contains("QEMU (Debian 6.1)")));
         assert!(guests.iter().any(|n| n.starts_with("benchmarks in QEMU")));
@@ -291,7 +280,7 @@ mod tests {
         let (host, guests) = steps(&Args {
             no_vm: true,
             no_matrix: true,
-            ..args()
+            ..Args::default()
         })
         .unwrap();
         assert!(guests.is_empty(), "{:?}", names(&guests));

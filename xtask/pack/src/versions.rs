@@ -17,7 +17,7 @@
 
 use fs_err as fs;
 
-use anyhow::{bail, Result};
+use anyhow::{ensure, Result};
 
 use xtask_base::debian::Entry;
 use xtask_base::paths;
@@ -157,9 +157,11 @@ pub fn disagreements(tree: &Tree) -> Vec<String> {
 pub fn check(ws: &Workspace) -> Result<()> {
     let tree = Tree::load(ws)?;
     let findings = disagreements(&tree);
-    if !findings.is_empty() {
-        bail!("versions disagree:\n  {}", findings.join("\n  "));
-    }
+    ensure!(
+        findings.is_empty(),
+        "versions disagree:\n  {}",
+        findings.join("\n  ")
+    );
     eprintln!(
         "    versions agree: driver {} (mtgdrdrv-dkms {}), library {} ({} packages)",
         tree.crate_version("mtgdrdrv"),
