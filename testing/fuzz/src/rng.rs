@@ -47,6 +47,13 @@ impl Rng {
         self.below(1000) < u64::from(per_mille)
     }
 
+    /// An index below `n` for which `keep` holds, at random (one draw, as `pick` on the list of
+    /// such indices).
+    pub fn pick_index(&mut self, n: usize, keep: impl Fn(usize) -> bool) -> Option<usize> {
+        let kept: Vec<usize> = (0..n).filter(|&i| keep(i)).collect();
+        self.pick(&kept).copied()
+    }
+
     pub fn pick<'a, T>(&mut self, items: &'a [T]) -> Option<&'a T> {
         if items.is_empty() {
             None

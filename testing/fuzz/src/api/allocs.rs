@@ -57,10 +57,7 @@ impl ApiFuzzer {
     }
 
     pub(super) fn op_free(&mut self) -> Step {
-        let live: Vec<usize> = (0..self.allocs.len())
-            .filter(|&a| self.allocs[a].live)
-            .collect();
-        let Some(&a) = self.rng.pick(&live) else {
+        let Some(a) = self.live_alloc() else {
             return Ok(());
         };
         self.verify()?;

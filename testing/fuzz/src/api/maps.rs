@@ -119,10 +119,9 @@ impl ApiFuzzer {
     }
 
     pub(super) fn op_copy(&mut self, to: bool) -> Step {
-        let mapped: Vec<usize> = (0..self.mhs.len())
-            .filter(|&i| self.mhs[i].map.is_some())
-            .collect();
-        let pick = self.rng.pick(&mapped).copied();
+        let pick = self
+            .rng
+            .pick_index(self.mhs.len(), |i| self.mhs[i].map.is_some());
         let (h, map) = match pick {
             Some(i) if self.rng.chance(850) => (self.mhs[i].h, self.mhs[i].map),
             _ => {

@@ -188,11 +188,15 @@ impl ApiFuzzer {
         }
     }
 
+    /// One of the live allocations, at random.
+    fn live_alloc(&mut self) -> Option<usize> {
+        self.rng
+            .pick_index(self.allocs.len(), |a| self.allocs[a].live)
+    }
+
     fn pick_g(&mut self) -> Option<usize> {
-        let live: Vec<usize> = (0..self.gs.len())
-            .filter(|&i| !self.gs[i].is_null())
-            .collect();
-        self.rng.pick(&live).copied()
+        self.rng
+            .pick_index(self.gs.len(), |i| !self.gs[i].is_null())
     }
 
     /// A live gdr_t index, or None standing for a NULL gdr_t (rarely).

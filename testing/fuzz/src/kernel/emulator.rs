@@ -48,12 +48,16 @@ impl Worker {
         self.emus.get(i).and_then(|e| e.as_ref())
     }
 
+    /// One of the live allocations, at random.
+    fn live_alloc(&mut self) -> Option<usize> {
+        self.rng
+            .pick_index(self.allocs.len(), |a| self.allocs[a].live)
+    }
+
     /// One of the open emulator descriptors, at random.
     fn pick_open_emu(&mut self) -> Option<usize> {
-        let open: Vec<usize> = (0..self.emus.len())
-            .filter(|&i| self.emus[i].is_some())
-            .collect();
-        self.rng.pick(&open).copied()
+        self.rng
+            .pick_index(self.emus.len(), |i| self.emus[i].is_some())
     }
 
     pub(super) fn op_alloc(&mut self) -> Step {
@@ -145,10 +149,7 @@ impl Worker {
     }
 
     pub(super) fn op_free(&mut self) -> Step {
-        let live: Vec<usize> = (0..self.allocs.len())
-            .filter(|&a| self.allocs[a].live)
-            .collect();
-        let Some(&a) = self.rng.pick(&live) else {
+        let Some(a) = self.live_alloc() else {
             return Ok(());
         };
         if self.rng.chance(100) {
@@ -168,10 +169,7 @@ impl Worker {
     }
 
     pub(super) fn op_emu_rw(&mut self) -> Step {
-        let live: Vec<usize> = (0..self.allocs.len())
-            .filter(|&a| self.allocs[a].live)
-            .collect();
-        let Some(&a) = self.rng.pick(&live) else {
+        let Some(a) = self.live_alloc() else {
             return Ok(());
         };
         if self.rng.chance(100) {

@@ -117,11 +117,9 @@ impl Worker {
                 }
             }
             _ => {
-                let zapped: Vec<usize> = (0..self.vmas.len())
-                    .filter(|&i| self.pins[self.vmas[i].pin].state == PinState::Zapped)
-                    .collect();
-                match self.rng.pick(&zapped) {
-                    Some(&i) => Arg::DevZapped(self.vmas[i].start),
+                let zapped = |i: usize| self.pins[self.vmas[i].pin].state == PinState::Zapped;
+                match self.rng.pick_index(self.vmas.len(), zapped) {
+                    Some(i) => Arg::DevZapped(self.vmas[i].start),
                     None => Arg::Null,
                 }
             }

@@ -15,10 +15,9 @@ impl Worker {
         let Some((file, fd)) = self.pick_fd() else {
             return Ok(());
         };
-        let own: Vec<usize> = (0..self.pins.len())
-            .filter(|&p| self.pins[p].file == file)
-            .collect();
-        let target = self.rng.pick(&own).copied();
+        let target = self
+            .rng
+            .pick_index(self.pins.len(), |p| self.pins[p].file == file);
         let page = self.page as u64;
         let (pin_size, handle) = match target {
             Some(p) => (self.pins[p].size, self.pins[p].handle),
