@@ -12,9 +12,8 @@ use clap::{Parser, Subcommand};
 
 use xtask_base::build;
 use xtask_bench::pkgtest;
-use xtask_pack::deb;
-use xtask_pack::stage::{self, Package};
-use xtask_pack::{dsc, install};
+use xtask_pack::stage::Package;
+use xtask_pack::{deb, debhelper, dsc, install};
 
 #[derive(Parser)]
 #[command(
@@ -82,11 +81,11 @@ fn main() -> Result<()> {
         Command::Build(args) => build::cli(args),
         Command::Clean => build::clean(),
         Command::Install(args) => install::cli(args),
-        Command::BuildKmod => stage::cli(&[Package::Kmod]),
-        Command::BuildLib => stage::cli(&[Package::Lib]),
-        Command::BuildTests => stage::cli(&[Package::Tests]),
-        Command::BuildMeta => stage::cli(&[Package::Meta]),
-        Command::BuildAll => stage::cli(&Package::SPLIT),
+        Command::BuildKmod => debhelper::cli(&[Package::Kmod]),
+        Command::BuildLib => debhelper::cli(&[Package::Lib]),
+        Command::BuildTests => debhelper::cli(&[Package::Tests]),
+        Command::BuildMeta => debhelper::cli(&[Package::Meta]),
+        Command::BuildAll => debhelper::cli(&Package::SPLIT),
         Command::DebKmod(args) => deb::cli(&[Package::Kmod], args),
         Command::DebLib(args) => deb::cli(&[Package::Lib], args),
         Command::DebTests(args) => deb::cli(&[Package::Tests], args),

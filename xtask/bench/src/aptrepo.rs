@@ -152,7 +152,7 @@ pub fn cli(args: Args) -> Result<()> {
             .into_iter()
             .chain([stage::Package::Bundle])
             .filter(|p| p.deb_name() == deb.package)
-            .map(|p| -> Result<String> { xtask_pack::deb::package_version(&ws, p, &revision) })
+            .map(|p| -> Result<String> { xtask_pack::versions::package_version(&ws, p, &revision) })
             .collect::<Result<Vec<_>>>()?;
         ensure!(
             expected.contains(&deb.version),

@@ -68,7 +68,8 @@ use xtask_base::workspace::Workspace;
 
 use crate::elf;
 use xtask_pack::deb::{self, Built};
-use xtask_pack::stage::{self, Package};
+use xtask_pack::debhelper;
+use xtask_pack::stage::Package;
 
 use install::install_test;
 use root::Root;
@@ -155,7 +156,7 @@ pub fn cli(args: Args) -> Result<()> {
 /// What `cargo xtask build-all` (the old `make build`) must leave: every package's tree
 /// staged, with its `DEBIAN/` and the documentation every package carries.
 fn build_all_test_step(sh: &Shell) -> Result<()> {
-    let trees = stage::stage_all(sh, &Package::SPLIT)?;
+    let trees = debhelper::stage_all(sh, &Package::SPLIT)?;
     ensure!(trees.len() == Package::SPLIT.len(), "staged {trees:?}");
     for (tree, package) in trees.iter().zip(Package::SPLIT) {
         let doc = tree.join("usr/share/doc").join(package.deb_name());

@@ -33,8 +33,8 @@ use xshell::{cmd, Shell};
 use xtask_base::workspace::Workspace;
 use xtask_base::{debian, files, lintian, paths, targets};
 
-use crate::debhelper;
 use crate::stage::Package;
+use crate::{debhelper, versions};
 
 /// A .deb written to build/.
 #[derive(Clone, Debug)]
@@ -61,11 +61,6 @@ pub struct Args {
     #[arg(long, value_name = "TRIPLE")]
     pub target: Option<String>,
 }
-
-/// What the `deb-*` commands run besides cargo: dpkg-buildpackage (dpkg-dev) with debhelper,
-/// ld, objcopy and ar (binutils), xz. Installed with apt when missing, as `cargo xtask test`
-/// installs its own.
-pub const HOST_PACKAGES: [&str; 4] = ["binutils", "debhelper", "dpkg-dev", "xz-utils"];
 
 /// `cargo xtask deb-*`: builds `packages` and prints their files.
 pub fn cli(packages: &[Package], args: Args) -> Result<()> {
@@ -95,8 +90,8 @@ pub fn build(sh: &Shell, ws: &Workspace, packages: &[Package]) -> Result<Vec<Bui
     let revision = debian::revision()?;
     for &package in packages {
         let entry = debian::Entry::read(&package.changelog())?;
-        let version = package_version(ws, package, &revision)?;
-        crate::versions::changelog_entry(package, &version, &entry).map_err(anyhow::Error::msg)?;
+        let version = versions::package_version(ws, package, &revision)?;
+        versions::changelog_entry(package, &version, &entry).map_err(anyhow::Error::msg)?;
     }
     let _lock = files::lock()?;
     let debs = debhelper::run(sh, ws, packages)?;
@@ -139,30 +134,6 @@ fn collect(sh: &Shell, debs: &[PathBuf], package: Package) -> Result<Built> {
         control: format!("{control}\n"),
         dbgsym,
     })
-}
-
-/// The package's Debian version: its crate's version and the source package's `revision`
-/// ([`debian::revision`]).
-pub fn package_version(ws: &Workspace, package: Package, revision: &str) -> Result<String> {
-    let krate = ws.krate(package.crate_name())?;
-    let bundle = if package == Package::Bundle {
-        "+bundle"
-    } else {
-        ""
-    };
-    Ok(format!(
-        "{}-{revision}{bundle}",
-        upstream_version(&krate.version)
-    ))
-}
-
-/// A crate version as a Debian upstream version: a semver pre-release (`1.1.0-beta.1`) sorts
-/// before its release only written with `~` (`1.1.0~beta.1`).
-pub fn upstream_version(version: &str) -> String {
-    match version.split_once('-') {
-        Some((main, pre)) => format!("{main}~{pre}"),
-        None => version.to_owned(),
-    }
 }
 
 /// Removes other builds of `name` for `architecture` beside `keep` (those of another

@@ -1,5 +1,6 @@
 //! The packages, built the packager's way: `dpkg-buildpackage` runs debian/rules (debhelper) in
-//! a copy of the tree. xtask only builds the library and the tools first (with its reproducible
+//! a copy of the tree; `cargo xtask build-*` keep the package trees it assembles, `deb-*`
+//! (deb.rs) its .debs. xtask only builds the library and the tools first (with its reproducible
 //! flags, and for arm64 with Debian's cross toolchain) and names their release directory in
 //! `MTGDRCOPY_RELEASE_DIR`; everything after that — installing, splitting, stripping into
 //! -dbgsym packages, shlibs and symbols, maintainer scripts, control files, the archives — is
@@ -37,6 +38,29 @@ const INPUTS: &[&str] = &[
     "README.md",
 ];
 
+/// What the `deb-*` commands run besides cargo: dpkg-buildpackage (dpkg-dev) with debhelper,
+/// ld, objcopy and ar (binutils), xz. Installed with apt when missing, as `cargo xtask test`
+/// installs its own.
+pub const HOST_PACKAGES: [&str; 4] = ["binutils", "debhelper", "dpkg-dev", "xz-utils"];
+
+/// `cargo xtask build-<package>`.
+pub fn cli(packages: &[Package]) -> Result<()> {
+    let sh = Shell::new()?;
+    sh.change_dir(paths::root());
+    for tree in stage_all(&sh, packages)? {
+        println!("{}", tree.display());
+    }
+    Ok(())
+}
+
+/// Stages `packages` (`cargo xtask build-*`) and returns their trees.
+pub fn stage_all(sh: &Shell, packages: &[Package]) -> Result<Vec<PathBuf>> {
+    let ws = Workspace::load()?;
+    let _lock = files::lock()?;
+    run(sh, &ws, packages)?;
+    Ok(packages.iter().map(|p| p.tree()).collect())
+}
+
 /// Runs the dpkg-buildpackage run that makes `packages`: the bundle's own (the bundle is built
 /// alone), else the split one, architecture-independent only (`-A`) when all of them are.
 /// Copies their trees to build/pkg/ and returns the .debs it made. Callers hold
@@ -44,7 +68,7 @@ const INPUTS: &[&str] = &[
 pub fn run(sh: &Shell, ws: &Workspace, packages: &[Package]) -> Result<Vec<PathBuf>> {
     let bundle = packages.contains(&Package::Bundle);
     ensure!(!bundle || packages.len() == 1, "the bundle is built alone");
-    xtask_base::host::ensure_host_packages(&crate::deb::HOST_PACKAGES)?;
+    xtask_base::host::ensure_host_packages(&HOST_PACKAGES)?;
     // Also for the architecture-independent packages: install-tree installs every file.
     build::packaged(sh, ws)?;
     let out = paths::build_dir()

@@ -25,7 +25,7 @@ use xshell::{cmd, Shell};
 use xtask_base::workspace::Workspace;
 use xtask_base::{chroot, debian, files, paths};
 
-use crate::deb;
+use crate::versions;
 
 /// Tracked paths (prefixes) left out of the orig tarball: developer tooling and test
 /// infrastructure, and debian/ (the .debian.tar.xz carries it).
@@ -86,7 +86,7 @@ pub fn build(sh: &Shell) -> Result<SourcePackage> {
     let (upstream, _) = version
         .rsplit_once('-')
         .with_context(|| format!("debian/changelog: {version} has no Debian revision"))?;
-    let meta = deb::upstream_version(&ws.krate("mtgdrcopy-meta")?.version);
+    let meta = versions::upstream_version(&ws.krate("mtgdrcopy-meta")?.version);
     ensure!(
         upstream == meta,
         "debian/changelog is at {upstream}, the release (mtgdrcopy-meta) at {meta}: add a \

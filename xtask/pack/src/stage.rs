@@ -1,19 +1,13 @@
-//! `cargo xtask build-kmod|build-lib|build-tests|build-meta|build-all`: each package's file
-//! tree under `build/pkg/<package>/`, with its `DEBIAN/` control files, exactly what its .deb
-//! holds; `build/pkg/<package>-dbgsym/` holds the debug symbols split off its ELF files. They
-//! are the trees debhelper assembled for the .debs (debhelper.rs), copied out.
+//! The packages and where their trees are staged: `build/pkg/<package>/`, with its `DEBIAN/`
+//! control files, exactly what its .deb holds; `build/pkg/<package>-dbgsym/` holds the debug
+//! symbols split off its ELF files (`cargo xtask build-*`, debhelper.rs).
 
 use fs_err as fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
-use xshell::Shell;
 
-use xtask_base::files::lock;
 use xtask_base::paths;
-use xtask_base::workspace::Workspace;
-
-use crate::debhelper;
 
 /// The packages `cargo xtask deb-*` builds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,24 +79,6 @@ impl Package {
             .join("debian")
             .join(format!("{}.changelog", self.stage_name()))
     }
-}
-
-/// `cargo xtask build-<package>`.
-pub fn cli(packages: &[Package]) -> Result<()> {
-    let sh = Shell::new()?;
-    sh.change_dir(paths::root());
-    for tree in stage_all(&sh, packages)? {
-        println!("{}", tree.display());
-    }
-    Ok(())
-}
-
-/// Stages `packages` (`cargo xtask build-*`) and returns their trees.
-pub fn stage_all(sh: &Shell, packages: &[Package]) -> Result<Vec<PathBuf>> {
-    let ws = Workspace::load()?;
-    let _lock = lock()?;
-    debhelper::run(sh, &ws, packages)?;
-    Ok(packages.iter().map(|p| p.tree()).collect())
 }
 
 /// `path` with every `@KEY@` replaced; fails if a placeholder is left.

@@ -51,7 +51,7 @@ impl Tree {
         let revision = source.revision()?;
         let mut packages = Vec::new();
         for package in Package::SPLIT.into_iter().chain([Package::Bundle]) {
-            let version = crate::deb::package_version(ws, package, revision)?;
+            let version = package_version(ws, package, revision)?;
             packages.push((package, version, Entry::read(&package.changelog())?));
         }
         Ok(Tree {
@@ -89,6 +89,30 @@ pub fn changelog_entry(package: Package, version: &str, entry: &Entry) -> Result
         entry.version,
         package.deb_name()
     ))
+}
+
+/// The package's Debian version: its crate's version and the source package's `revision`
+/// (`debian::revision`).
+pub fn package_version(ws: &Workspace, package: Package, revision: &str) -> Result<String> {
+    let krate = ws.krate(package.crate_name())?;
+    let bundle = if package == Package::Bundle {
+        "+bundle"
+    } else {
+        ""
+    };
+    Ok(format!(
+        "{}-{revision}{bundle}",
+        upstream_version(&krate.version)
+    ))
+}
+
+/// A crate version as a Debian upstream version: a semver pre-release (`1.1.0-beta.1`) sorts
+/// before its release only written with `~` (`1.1.0~beta.1`).
+pub fn upstream_version(version: &str) -> String {
+    match version.split_once('-') {
+        Some((main, pre)) => format!("{main}~{pre}"),
+        None => version.to_owned(),
+    }
 }
 
 /// Every disagreement in `tree`, each a sentence saying which files disagree and how.
@@ -143,7 +167,7 @@ pub fn disagreements(tree: &Tree) -> Vec<String> {
     let release = tree.crate_version("mtgdrcopy-meta");
     let source = tree.source.version.as_str();
     let upstream = source.rsplit_once('-').map_or(source, |(u, _)| u);
-    if upstream != crate::deb::upstream_version(release) {
+    if upstream != upstream_version(release) {
         findings.push(format!(
             "debian/changelog: the newest entry is {source:?}, but the release (mtgdrcopy-meta) \
              is {release}: add an entry for {release}-1"

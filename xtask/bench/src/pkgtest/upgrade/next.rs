@@ -142,7 +142,10 @@ pub(super) fn build_next(sh: &Shell) -> Result<Vec<Deb>> {
     ] {
         let got = version(&debs, package)?;
         ensure!(
-            got == format!("{}-{revision}", xtask_pack::deb::upstream_version(want)),
+            got == format!(
+                "{}-{revision}",
+                xtask_pack::versions::upstream_version(want)
+            ),
             "the next release's {} is {got}, expected {want}-{revision}",
             package.deb_name()
         );
