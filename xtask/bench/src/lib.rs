@@ -20,6 +20,7 @@ pub mod pkgtest;
 pub mod plot;
 pub mod runner;
 pub mod staticlib;
+pub mod step;
 pub mod vm;
 pub mod vmtest;
 pub mod workflows;
