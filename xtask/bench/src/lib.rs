@@ -8,6 +8,7 @@
 pub mod aptrepo;
 pub mod bench;
 pub mod copycount;
+pub mod cpu;
 pub mod crosstest;
 pub mod elf;
 pub mod fuzz;
