@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use xshell::Shell;
 
-use crate::runner::Step;
+use crate::step::Step;
 use xtask_base::{host, paths};
 
 use crate::kernel::{self, Kernel};

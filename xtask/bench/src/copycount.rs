@@ -417,7 +417,7 @@ pub fn render(rows: &[Row]) -> String {
         "instructions per gdr_copy_{{to,from}}_mapping call (public C entry point, real mapping \
          handle; device side 4 KiB aligned, host side 64-byte aligned)"
     );
-    let _ = writeln!(out, "CPU: {}", crate::hostbench::cpu_name());
+    let _ = writeln!(out, "CPU: {}", crate::cpu::cpu_name());
     let _ = write!(out, "{:<28} {:<5}", "variant", "dir");
     for size in SIZES {
         let _ = write!(out, " {:>7}", size_label(size));

@@ -8,7 +8,7 @@ use anyhow::{ensure, Context, Result};
 use xshell::{Cmd, Shell};
 
 use crate::library::link_library;
-use crate::runner::Step;
+use crate::step::Step;
 use xtask_base::cross::{build, toolchain};
 use xtask_base::paths;
 use xtask_base::targets::{self, Target, TARGETS};

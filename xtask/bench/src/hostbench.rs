@@ -12,6 +12,7 @@ use xshell::{cmd, Shell};
 
 use xtask_base::paths;
 
+use crate::cpu::cpu_name;
 use crate::plot::{line_chart, Series, COLORS};
 
 /// One measured case; times in nanoseconds per copy.
@@ -305,18 +306,4 @@ fn render_calls(report: &CallReport, names: &[String]) -> String {
         }
     }
     out
-}
-
-/// The CPU model, for the report and the plots' titles.
-pub fn cpu_name() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| {
-            c.lines().find_map(|l| {
-                l.strip_prefix("model name")
-                    .and_then(|r| r.split_once(':'))
-                    .map(|(_, v)| v.trim().to_string())
-            })
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
 }

@@ -8,6 +8,7 @@
 pub mod aptrepo;
 pub mod bench;
 pub mod copycount;
+pub mod cpu;
 pub mod crosstest;
 pub mod elf;
 pub mod fuzz;
@@ -20,6 +21,7 @@ pub mod pkgtest;
 pub mod plot;
 pub mod runner;
 pub mod staticlib;
+pub mod step;
 pub mod vm;
 pub mod vmtest;
 pub mod workflows;

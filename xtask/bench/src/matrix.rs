@@ -25,7 +25,7 @@ use std::time::Instant;
 use anyhow::{bail, ensure, Context, Result};
 use xshell::{cmd, Shell};
 
-use crate::runner::Step;
+use crate::step::Step;
 use xtask_base::chroot::{self, Chroot};
 use xtask_base::workspace::Workspace;
 use xtask_base::{host, paths};

@@ -41,15 +41,18 @@
 //! 5. **Bundle.** The single-package build on the same root: DKMS installs the module again,
 //!    then its purge leaves the root as clean.
 
+mod debs;
 mod dkms;
 mod guest;
 mod guest_script;
 mod install;
+mod installed;
 mod repro;
 mod root;
 #[cfg(test)]
 mod scripts;
 pub mod source;
+mod timing;
 mod upgrade;
 
 use std::cell::RefCell;
@@ -57,12 +60,11 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::rc::Rc;
-use std::time::Instant;
 
 use anyhow::{ensure, Context, Result};
 use xshell::{cmd, Shell};
 
-use crate::runner::Step;
+use crate::step::Step;
 use xtask_base::paths;
 use xtask_base::workspace::Workspace;
 
@@ -71,13 +73,8 @@ use xtask_pack::deb::{self, Built};
 use xtask_pack::debhelper;
 use xtask_pack::stage::Package;
 
+use debs::{built, find, host_arch};
 use install::install_test;
-use root::Root;
-
-/// Where mtgdrdrv-dkms installs debian/scripts/mtgdrdrv-load (debian/scripts/install-tree),
-/// which decides whether mtgdrdrv may be loaded and loads it; the postinst runs it from there
-/// (`@LOAD_SCRIPT@`, filled in by debian/rules).
-pub const LOAD_SCRIPT: &str = "/usr/lib/mtgdrdrv/mtgdrdrv-load";
 
 /// The packaging steps; the install and upgrade tests only with `vm` (they boot QEMU).
 pub fn test_steps(vm: bool) -> Vec<Step<'static>> {
@@ -221,20 +218,6 @@ fn install_from_source_step(sh: &Shell) -> Result<()> {
     Ok(())
 }
 
-/// The .debs, built on first use.
-fn built(sh: &Shell, cache: &Rc<RefCell<Option<Vec<Built>>>>) -> Result<Vec<Built>> {
-    if let Some(debs) = cache.borrow().as_ref() {
-        return Ok(debs.clone());
-    }
-    let ws = Workspace::load()?;
-    let debs = deb::build_everything(sh, &ws)?;
-    for d in &debs {
-        eprintln!("    {}", d.path.display());
-    }
-    *cache.borrow_mut() = Some(debs.clone());
-    Ok(debs)
-}
-
 /// What the archives must be: xz members; a -dbgsym package beside each package with ELF
 /// files; a libgdrapi.a without bitcode whose only global symbols are the API, linking beside
 /// another Rust staticlib (staticlib.rs). Prints the sizes.
@@ -268,55 +251,3 @@ fn contents_check(sh: &Shell, debs: &[Built]) -> Result<()> {
         .join(format!("usr/lib/{}/libgdrapi.a", arch.multiarch));
     crate::staticlib::check(sh, &archive, None)
 }
-
-/// The Debian architecture and multiarch tuple of the machine we build on (native builds only).
-#[derive(Clone, Copy, Debug)]
-pub struct Arch {
-    pub debian: &'static str,
-    pub multiarch: &'static str,
-}
-
-pub(crate) fn host_arch() -> Result<Arch> {
-    match std::env::consts::ARCH {
-        "x86_64" => Ok(Arch {
-            debian: "amd64",
-            multiarch: "x86_64-linux-gnu",
-        }),
-        "aarch64" => Ok(Arch {
-            debian: "arm64",
-            multiarch: "aarch64-linux-gnu",
-        }),
-        other => anyhow::bail!("packaging for {other} is not set up (amd64 and arm64 are)"),
-    }
-}
-
-fn timed(what: &str, start: Instant) {
-    eprintln!("    {what}: {:.1} s", start.elapsed().as_secs_f64());
-}
-
-fn find(debs: &[Built], package: Package) -> Result<&Built> {
-    debs.iter()
-        .find(|d| d.package == package)
-        .with_context(|| format!("no .deb was built for {package:?}"))
-}
-
-/// Copies the .debs into the root's /tmp/debs; returns their paths there.
-fn put_debs(root: &Root, debs: &[&Built]) -> Result<Vec<String>> {
-    let _lock = xtask_base::files::lock()?;
-    let dir = root.new_file("/tmp/debs");
-    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut inside = Vec::new();
-    for d in debs {
-        let name = d
-            .path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .context("deb file name")?;
-        fs::copy(&d.path, dir.join(name)).with_context(|| format!("copying {name}"))?;
-        inside.push(format!("/tmp/debs/{name}"));
-    }
-    Ok(inside)
-}
-
-/// Where mtgdrdrv-dkms installs debian/mtgdrdrv.modprobe.conf, the softdep on mtgpu.
-const SOFTDEP: &str = "/usr/lib/modprobe.d/mtgdrdrv.conf";

@@ -11,10 +11,8 @@ use std::time::Instant;
 use anyhow::{bail, Result};
 use xshell::{cmd, Shell};
 
+use crate::step::Step;
 use xtask_base::paths;
-
-/// The unit of `cargo xtask test`: a named, timed step.
-pub type Step<'a> = (&'static str, Box<dyn Fn(&Shell) -> Result<()> + 'a>);
 
 #[derive(clap::Args, Default)]
 pub struct Args {

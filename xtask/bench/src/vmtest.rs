@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use xshell::{cmd, Shell};
 
-use crate::runner::Step;
+use crate::step::Step;
 use xtask_base::{host, paths};
 
 use crate::kernel::{self, Builder, Kernel};

@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use anyhow::{ensure, Context, Result};
 use xshell::Shell;
 
+use super::debs::put_debs;
+use super::installed::{LOAD_SCRIPT, SOFTDEP};
 use super::root::Root;
-use super::{put_debs, SOFTDEP};
 use xtask_base::files;
 use xtask_pack::deb::Built;
 
@@ -47,7 +48,7 @@ pub(super) fn check_dkms_installed(
     for file in [
         "/usr/lib/udev/rules.d/60-mtgdrdrv.rules",
         SOFTDEP,
-        super::LOAD_SCRIPT,
+        LOAD_SCRIPT,
     ] {
         ensure!(host.exists(sh, file)?, "{file} is missing");
     }

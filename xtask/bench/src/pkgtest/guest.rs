@@ -9,8 +9,9 @@ use anyhow::{ensure, Context, Result};
 use xshell::{cmd, Shell};
 
 use super::guest_script::guest_script;
+use super::installed::{LOAD_SCRIPT, SOFTDEP};
 use super::root::Root;
-use super::{timed, SOFTDEP};
+use super::timing::timed;
 use xtask_base::paths;
 
 use crate::kernel::Kernel;
@@ -58,7 +59,7 @@ pub(super) fn run_vm(sh: &Shell, kernel: &Kernel, host: &Root, container: &Root)
         format!("/lib/modules/{release}/updates/dkms/mtgdrdrv.ko"),
         // DKMS's depmod wrote it: the postinst's modprobe (busybox's here) finds mtgdrdrv there.
         format!("/lib/modules/{release}/modules.dep"),
-        super::LOAD_SCRIPT.into(),
+        LOAD_SCRIPT.into(),
         SOFTDEP.into(),
         // kmod's modprobe, for the softdep: busybox's knows no softdep.
         "/usr/bin/kmod".into(),
@@ -74,7 +75,7 @@ pub(super) fn run_vm(sh: &Shell, kernel: &Kernel, host: &Root, container: &Root)
     // insmod.sh runs debian/scripts/mtgdrdrv-load beside it: there too, the copy the package installed.
     let load = files
         .iter()
-        .find(|(_, guest)| guest == super::LOAD_SCRIPT)
+        .find(|(_, guest)| guest == LOAD_SCRIPT)
         .context("mtgdrdrv-load is not among the guest's files")?
         .0
         .clone();

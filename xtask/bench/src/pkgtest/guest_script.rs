@@ -1,6 +1,6 @@
 //! The shell script the install test's guest runs (step 3), and its placeholders filled in.
 
-use super::SOFTDEP;
+use super::installed::{LOAD_SCRIPT, SOFTDEP};
 
 const GUEST_SCRIPT: &str = r#"
 step() { echo "MTGDRCOPY-STEP $1 $(cut -d' ' -f1 /proc/uptime)"; }
@@ -173,7 +173,7 @@ step done
 pub(super) fn guest_script(udevd: &str) -> String {
     GUEST_SCRIPT
         .replace("@UDEVD@", udevd)
-        .replace("@LOAD_SCRIPT@", super::LOAD_SCRIPT)
+        .replace("@LOAD_SCRIPT@", LOAD_SCRIPT)
         .replace("@SOFTDEP@", SOFTDEP)
 }
 
@@ -213,6 +213,6 @@ mod tests {
         assert!(script.contains(&format!(
             "grep -qx 'softdep mtgpu post: mtgdrdrv' {SOFTDEP}"
         )));
-        assert!(script.contains(&format!("{} --if-provider", super::super::LOAD_SCRIPT)));
+        assert!(script.contains(&format!("{LOAD_SCRIPT} --if-provider")));
     }
 }

@@ -9,10 +9,11 @@ use std::time::Instant;
 use anyhow::{ensure, Context, Result};
 use xshell::{cmd, Shell};
 
+use super::debs::{find, put_debs};
 use super::dkms::{check_dkms_installed, check_purged, dkms_failures};
 use super::guest::run_vm;
 use super::root::{self, Root};
-use super::{find, put_debs, timed};
+use super::timing::timed;
 use xtask_base::{host, paths};
 use xtask_pack::deb::Built;
 use xtask_pack::stage::Package;

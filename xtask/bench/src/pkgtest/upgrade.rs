@@ -40,18 +40,19 @@ mod full;
 mod guest;
 mod library;
 mod next;
+mod release;
 mod repo;
 
-use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::Instant;
 
-use anyhow::{ensure, Context, Result};
-use xshell::{cmd, Shell};
+use anyhow::{Context, Result};
+use xshell::Shell;
 
+use super::debs::built;
 use super::root::{self, Root};
-use super::timed;
-use crate::runner::Step;
+use super::timing::timed;
+use crate::step::Step;
 use xtask_base::workspace::Workspace;
 use xtask_base::{files, host, paths};
 use xtask_pack::deb::Built;
@@ -63,6 +64,7 @@ use full::full_upgrade;
 use guest::{run_vm, Guest};
 use library::library_upgrade;
 use next::{build_next, fake_next_major};
+use release::{upstream, version, Deb};
 use repo::Repo;
 
 /// `cargo xtask test-packages` options for this test.
@@ -80,7 +82,7 @@ pub struct Options {
 pub fn test_step(debs: Rc<std::cell::RefCell<Option<Vec<Built>>>>) -> Step<'static> {
     (
         "packages: upgrades to a next release built from this tree (full, library only), VM",
-        Box::new(move |sh: &Shell| test(sh, &super::built(sh, &debs)?)),
+        Box::new(move |sh: &Shell| test(sh, &built(sh, &debs)?)),
     )
 }
 
@@ -92,49 +94,6 @@ pub fn cli(sh: &Shell) -> Result<()> {
         debs.extend(xtask_pack::deb::build(sh, &ws, &[package])?);
     }
     test(sh, &debs)
-}
-
-/// A .deb as apt sees it.
-#[derive(Clone, Debug)]
-struct Deb {
-    package: String,
-    version: String,
-    path: PathBuf,
-}
-
-impl Deb {
-    fn read(sh: &Shell, path: &Path) -> Result<Deb> {
-        let format = "${Package}\t${Version}";
-        let fields = cmd!(sh, "dpkg-deb --show --showformat {format} {path}")
-            .quiet()
-            .read()
-            .with_context(|| format!("reading {}", path.display()))?;
-        let (package, version) = fields
-            .split_once('\t')
-            .with_context(|| format!("{}: no package and version", path.display()))?;
-        Ok(Deb {
-            package: package.to_owned(),
-            version: version.to_owned(),
-            path: path.to_owned(),
-        })
-    }
-}
-
-/// The .deb of `package` in `release`.
-fn deb(release: &[Deb], package: Package) -> Result<&Deb> {
-    release
-        .iter()
-        .find(|d| d.package == package.deb_name())
-        .with_context(|| format!("no {} .deb in the release", package.deb_name()))
-}
-
-fn version(release: &[Deb], package: Package) -> Result<&str> {
-    Ok(&deb(release, package)?.version)
-}
-
-/// The upstream part of a Debian version.
-fn upstream(version: &str) -> &str {
-    version.rsplit_once('-').map_or(version, |(u, _)| u)
 }
 
 pub fn test(sh: &Shell, debs: &[Built]) -> Result<()> {
@@ -212,45 +171,4 @@ pub fn test(sh: &Shell, debs: &[Built]) -> Result<()> {
     )?;
     timed("VM: mtgdrcopy_sanity in both roots", t);
     Ok(())
-}
-
-/// Each package of `release` is installed at its version.
-fn expect_installed(sh: &Shell, root: &Root, release: &[Deb], when: &str) -> Result<()> {
-    let mut found = Vec::new();
-    let mut wrong = Vec::new();
-    for deb in release {
-        let (_, out, _) = root.output(
-            sh,
-            &[
-                "dpkg-query",
-                "-W",
-                "-f",
-                "${db:Status-Status} ${Version}",
-                &deb.package,
-            ],
-        )?;
-        let want = format!("installed {}", deb.version);
-        if out.trim() != want {
-            wrong.push(format!(
-                "{} is {:?}, expected {want:?}",
-                deb.package,
-                out.trim()
-            ));
-        }
-        found.push(format!("{} {}", deb.package, out.trim()));
-    }
-    ensure!(
-        wrong.is_empty(),
-        "{when}: {}\n(dpkg: {})",
-        wrong.join("; "),
-        found.join(", ")
-    );
-    Ok(())
-}
-
-fn srcversion(sh: &Shell, root: &Root, ko: &str) -> Result<String> {
-    let out = root.run(sh, &["modinfo", "-F", "srcversion", ko])?;
-    let out = out.trim();
-    ensure!(!out.is_empty(), "{ko} has no srcversion");
-    Ok(out.to_owned())
 }

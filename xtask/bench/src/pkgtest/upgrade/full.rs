@@ -6,14 +6,14 @@ use std::time::Instant;
 use anyhow::{ensure, Result};
 use xshell::Shell;
 
+use super::release::{expect_installed, srcversion, upstream, version, Deb};
 use super::repo::Repo;
-use super::{expect_installed, srcversion, upstream, version, Deb};
 use xtask_pack::stage::Package;
 
 use crate::pkgtest::dkms::{check_dkms_installed, KEPT_BY_DKMS};
 use crate::pkgtest::guest::package_files;
 use crate::pkgtest::root::Root;
-use crate::pkgtest::timed;
+use crate::pkgtest::timing::timed;
 
 /// Installs this release, upgrades to `next`, checks what is left. Returns the srcversion of
 /// the installed module.

@@ -6,12 +6,12 @@ use std::time::Instant;
 use anyhow::{ensure, Result};
 use xshell::Shell;
 
+use super::release::{deb, expect_installed, srcversion, upstream, version, Deb};
 use super::repo::Repo;
-use super::{deb, expect_installed, srcversion, upstream, version, Deb};
 use xtask_pack::stage::Package;
 
 use crate::pkgtest::dkms::check_dkms_installed;
-use crate::pkgtest::timed;
+use crate::pkgtest::timing::timed;
 
 /// Installs this release, then the next release's library and tools alone; the next major of
 /// the library (`major`, a .deb) is refused. Returns the srcversion of the installed module.

@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::{bail, ensure, Context, Result};
 use xshell::{cmd, Shell};
 
-use super::{version, Deb};
+use super::release::{version, Deb};
 use xtask_base::workspace::Workspace;
 use xtask_base::{files, paths};
 use xtask_pack::stage::Package;
@@ -230,7 +230,7 @@ fn keep_mtime(path: &Path, modified: std::time::SystemTime) -> Result<()> {
 pub(super) fn fake_next_major(sh: &Shell, lib_version: &str) -> Result<Deb> {
     let (major, _) = major_minor(lib_version)?;
     let version = format!("{}.0.0-1", major + 1);
-    let arch = crate::pkgtest::host_arch()?.debian;
+    let arch = crate::pkgtest::debs::host_arch()?.debian;
     let dir = paths::build_dir().join("upgrade/next-major");
     let tree = dir.join("tree");
     files::fresh_dir(&tree)?;

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use xshell::{cmd, Shell};
 
-use super::Deb;
+use super::release::Deb;
 use xtask_base::files;
 
 use crate::aptrepo;
