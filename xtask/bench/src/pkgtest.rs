@@ -52,7 +52,6 @@ mod root;
 #[cfg(test)]
 mod scripts;
 pub mod source;
-mod timing;
 mod upgrade;
 
 use std::cell::RefCell;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use xshell::{cmd, Shell};
 
-use crate::step::Step;
+use crate::step::{timed, Step};
 use xtask_base::{host, paths};
 
 use crate::kernel::{self, Builder, Kernel};
@@ -418,10 +418,6 @@ rmmod mtgpu_emu || fail "rmmod mtgpu_emu (disable_driver=1)"
 step done
 exit $rc
 "#;
-
-fn timed(what: &str, start: Instant) {
-    eprintln!("    {what}: {:.1} s", start.elapsed().as_secs_f64());
-}
 
 /// A VM of `kernel` holding both modules (under /lib/mtgdrcopy) and the in-VM test binary
 /// (/opt/mtgdrcopy/vm_module), with no script yet.

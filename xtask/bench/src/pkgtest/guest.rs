@@ -11,7 +11,7 @@ use xshell::{cmd, Shell};
 use super::guest_script::guest_script;
 use super::installed::{LOAD_SCRIPT, SOFTDEP};
 use super::root::Root;
-use super::timing::timed;
+use crate::step::timed;
 use xtask_base::paths;
 
 use crate::kernel::Kernel;

@@ -13,7 +13,7 @@ use super::debs::{find, put_debs};
 use super::dkms::{check_dkms_installed, check_purged, dkms_failures};
 use super::guest::run_vm;
 use super::root::{self, Root};
-use super::timing::timed;
+use crate::step::timed;
 use xtask_base::{host, paths};
 use xtask_pack::deb::Built;
 use xtask_pack::stage::Package;

@@ -51,7 +51,7 @@ use xshell::Shell;
 
 use super::debs::built;
 use super::root::{self, Root};
-use super::timing::timed;
+use crate::step::timed;
 use crate::step::Step;
 use xtask_base::workspace::Workspace;
 use xtask_base::{files, host, paths};

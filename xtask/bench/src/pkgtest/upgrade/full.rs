@@ -13,7 +13,7 @@ use xtask_pack::stage::Package;
 use crate::pkgtest::dkms::{check_dkms_installed, KEPT_BY_DKMS};
 use crate::pkgtest::guest::package_files;
 use crate::pkgtest::root::Root;
-use crate::pkgtest::timing::timed;
+use crate::step::timed;
 
 /// Installs this release, upgrades to `next`, checks what is left. Returns the srcversion of
 /// the installed module.

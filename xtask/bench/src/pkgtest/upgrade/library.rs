@@ -11,7 +11,7 @@ use super::repo::Repo;
 use xtask_pack::stage::Package;
 
 use crate::pkgtest::dkms::check_dkms_installed;
-use crate::pkgtest::timing::timed;
+use crate::step::timed;
 
 /// Installs this release, then the next release's library and tools alone; the next major of
 /// the library (`major`, a .deb) is refused. Returns the srcversion of the installed module.
