@@ -16,16 +16,18 @@ use std::sync::{Mutex, PoisonError};
 
 use nix::errno::Errno;
 
+use crate::error::Error;
 use crate::gdr::{Gdr, PinnedBuffer, RawMapping};
 use crate::types::{Attribute, MapRequest, MappingType, PinFlags};
-use crate::{copy, handles, log, Error};
+use crate::{copy, handles, log, pages, version};
 
 pub const MAJOR_VERSION_SHIFT: c_int = 16;
 pub const MINOR_VERSION_MASK: c_uint = 0xffff;
-pub const GDR_API_MAJOR_VERSION: c_int = crate::GDR_API_MAJOR_VERSION as c_int;
-pub const GDR_API_MINOR_VERSION: c_int = crate::GDR_API_MINOR_VERSION as c_int;
+pub const GDR_API_MAJOR_VERSION: c_int = version::GDR_API_MAJOR_VERSION as c_int;
+pub const GDR_API_MINOR_VERSION: c_int = version::GDR_API_MINOR_VERSION as c_int;
 pub const GDR_API_VERSION: c_int =
     (GDR_API_MAJOR_VERSION << MAJOR_VERSION_SHIFT) | GDR_API_MINOR_VERSION;
+/// The oldest driver this library works with.
 pub const MINIMUM_GDRDRV_MAJOR_VERSION: c_int = 0;
 pub const MINIMUM_GDRDRV_MINOR_VERSION: c_int = 1;
 pub const MINIMUM_GDRDRV_VERSION: c_int =
@@ -35,9 +37,9 @@ pub const GPU_PAGE_SIZE: c_ulong = 1 << GPU_PAGE_SHIFT;
 pub const GPU_PAGE_OFFSET: c_ulong = GPU_PAGE_SIZE - 1;
 pub const GPU_PAGE_MASK: c_ulong = !GPU_PAGE_OFFSET;
 
-const _: () = assert!(GDR_API_VERSION as u32 == crate::GDR_API_VERSION);
-const _: () = assert!(MINIMUM_GDRDRV_VERSION as u32 == crate::MINIMUM_GDRDRV_VERSION);
-const _: () = assert!(GPU_PAGE_SHIFT as u32 == crate::GPU_PAGE_SHIFT);
+const _: () = assert!(GDR_API_VERSION as u32 == version::GDR_API_VERSION);
+const _: () = assert!(MINIMUM_GDRDRV_VERSION as u32 == version::MINIMUM_GDRDRV_VERSION);
+const _: () = assert!(GPU_PAGE_SHIFT as u32 == pages::GPU_PAGE_SHIFT);
 
 /// A C enum: typedef name, tag, enumerators.
 pub type CEnum = (&'static str, &'static str, &'static [(&'static str, c_int)]);

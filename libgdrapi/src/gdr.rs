@@ -15,7 +15,7 @@ use crate::backend::{choose, Backend};
 use crate::copy;
 use crate::error::{Error, Result};
 use crate::types::{Attribute, Info, MapRequest, MappingType, PinFlags};
-use crate::{handles, log};
+use crate::{handles, log, version};
 
 /// An open backend: `/dev/mtgdrdrv`, or the MUSA driver's dma-bufs (see [`Gdr::open`]).
 /// Cheap to share between threads (`&Gdr` is `Sync`).
@@ -42,7 +42,10 @@ impl Gdr {
 
     /// This library's version as (major, minor).
     pub fn runtime_version() -> (u32, u32) {
-        (crate::GDR_API_MAJOR_VERSION, crate::GDR_API_MINOR_VERSION)
+        (
+            version::GDR_API_MAJOR_VERSION,
+            version::GDR_API_MINOR_VERSION,
+        )
     }
 
     pub fn attribute(&self, attr: Attribute) -> Result<u32> {

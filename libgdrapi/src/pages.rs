@@ -1,8 +1,13 @@
-//! Page arithmetic in one place: the host page size, and lengths rounded up to a page.
+//! Page arithmetic in one place: the GPU page, the host page size, and lengths rounded up to a
+//! page.
 
 use nix::errno::Errno;
 
 use crate::error::{Error, Result};
+
+/// The GPU page: pins are rounded to it, like upstream's, so `info.va` keeps its meaning.
+pub const GPU_PAGE_SHIFT: u32 = 16;
+pub const GPU_PAGE_SIZE: u64 = 1 << GPU_PAGE_SHIFT;
 
 /// The host page size, from sysconf.
 pub(crate) fn host_page_size() -> Result<usize> {

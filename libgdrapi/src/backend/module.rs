@@ -15,9 +15,10 @@ use nix::unistd::{getpid, Pid};
 
 use super::Backend;
 use crate::error::{Error, Result};
+use crate::log;
 use crate::pages::{host_page_size, round_up};
 use crate::types::{Attribute, Info, MapRequest, MappingType, PinFlags};
-use crate::{log, GDR_API_VERSION, MINIMUM_GDRDRV_VERSION};
+use crate::version::{GDR_API_VERSION, MINIMUM_GDRDRV_VERSION};
 
 /// The device node, created by udev when the module loads.
 pub const DEVICE_PATH: &str = "/dev/mtgdrdrv";
