@@ -24,6 +24,7 @@ mod kernel;
 mod rng;
 mod storm;
 mod sys;
+mod trace;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -121,20 +122,6 @@ fn describe(status: i32) -> String {
     } else {
         format!("status {status:#x}")
     }
-}
-
-/// The last `n` lines of a trace file.
-pub fn trace_tail(path: &str, n: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    format!(
-        "last operations of {path}:\n  {}",
-        lines[lines.len().saturating_sub(n)..].join("\n  ")
-    )
-}
-
-fn trace_path(name: &str) -> String {
-    format!("/tmp/mtgdrdrv_fuzz.{name}.trace")
 }
 
 fn worker_body(cfg: kernel::Config, ops: &'static AtomicU64, careful_end: bool) -> i32 {
@@ -276,7 +263,7 @@ fn run() -> Result<()> {
             foreign_allocs: foreign,
             fork: !args.no_fork,
             verbose: args.verbose,
-            trace: Some(trace_path("exact")),
+            trace: Some(trace::path("exact")),
         };
         println!(
             "phase exact: 1 process, {} ops, seed {:#x}",
@@ -286,7 +273,7 @@ fn run() -> Result<()> {
         let status = wait(pid);
         if status != 0 {
             if !libc::WIFEXITED(status) {
-                eprintln!("{}", trace_tail(&trace_path("exact"), 40));
+                eprintln!("{}", trace::tail(&trace::path("exact"), 40));
             }
             failures.push(format!("exact phase: {}", describe(status)));
         }
@@ -309,7 +296,7 @@ fn run() -> Result<()> {
                 foreign_allocs: 0,
                 fork: !args.no_fork,
                 verbose: args.verbose,
-                trace: Some(trace_path(&format!("worker{i}"))),
+                trace: Some(trace::path(&format!("worker{i}"))),
             };
             let careful = rng.chance(500);
             println!(
@@ -323,7 +310,7 @@ fn run() -> Result<()> {
             let status = wait(pid);
             if status != 0 {
                 if !libc::WIFEXITED(status) {
-                    eprintln!("{}", trace_tail(&trace_path(&format!("worker{i}")), 40));
+                    eprintln!("{}", trace::tail(&trace::path(&format!("worker{i}")), 40));
                 }
                 failures.push(format!("worker{i}: {}", describe(status)));
             }

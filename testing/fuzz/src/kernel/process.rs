@@ -42,7 +42,7 @@ impl Worker {
         let killed = libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGKILL;
         if !(exited_ok || mode == 2 && killed) {
             if let Some(t) = &self.cfg.trace {
-                eprintln!("{}", crate::trace_tail(&format!("{t}.child"), 40));
+                eprintln!("{}", crate::trace::tail(&format!("{t}.child"), 40));
             }
             finding!("child (mode {mode}, seed {child_seed:#x}) ended with status {status:#x}");
         }
