@@ -1,6 +1,6 @@
 //! One version source: the crates' versions. The driver's and the library's version constants
 //! are computed from them at compile time (`CARGO_PKG_VERSION_MAJOR`/`_MINOR`, see
-//! mtgdrdrv/src/version.rs and libgdrapi/src/lib.rs) and generated into the headers (whose
+//! mtgdrdrv/src/version.rs and libgdrapi/src/version.rs) and generated into the headers (whose
 //! freshness is the codegen check), and libgdrapi asserts at compile time that the release's
 //! driver and library accept each other. What is left to reconcile is checked here, and
 //! [`check`] lists every disagreement at once (a `cargo xtask test` step and the first check of
