@@ -107,7 +107,8 @@ fn fd_passed_to_another_process_is_refused() {
         None,
     )
     .expect("sendmsg");
-    // The receiver (and the forked copy, closed in the child) now hold the only references.
+    // The receiver (and the forked copy, closed in the child) now hold the only references;
+    // the receiver keeps its descriptor until this socket closes.
     drop(device);
     assert_eq!(counter("pins_outstanding"), 1);
     drop(parent_sock);
@@ -169,11 +170,12 @@ fn receive_and_probe(sock: OwnedFd) -> i32 {
         refused(dev.ioctl(mtgdrdrv::GDRDRV_IOC_GET_VERSION, &mut ver)),
         refused(dev.mmap(handle, 65536).map(drop)),
     ];
-    if let Some(i) = all.iter().position(|ok| !ok) {
-        return 30 + i as i32;
-    }
-    // Exit with the received descriptor: the last reference, released here.
-    0
+    let code = all.iter().position(|ok| !ok).map_or(0, |i| 30 + i as i32);
+    // Hold the received descriptor until the sender has counted its pin with this the only
+    // reference (it closes the socket then); exiting with it releases that reference.
+    let mut eof = [0u8; 1];
+    let _ = nix::unistd::read(sock.as_raw_fd(), &mut eof);
+    code
 }
 
 /// Regression (library): a forked child has no mapping of the parent's (VM_DONTCOPY), but it
