@@ -14,8 +14,9 @@
 //!   - `backend::dmabuf`: no kernel module; the MUSA driver's dma-buf of each pin is mmapped;
 //! - [`copy`]: the copy routines, one variant per CPU feature level.
 //!
-//! Beside them: the values all layers pass (`types`), page arithmetic and the GPU page (`pages`), the versions (`version`), the handle
-//! registry that makes copies safe against concurrent unmaps (`handles`).
+//! Beside them: the values all layers pass (`types`), page arithmetic and the GPU page
+//! (`pages`), the versions (`version`), the handle registry that makes copies safe against
+//! concurrent unmaps (`handles`).
 //!
 //! Unlike upstream GDRCopy, an open device is safe to use from many threads at once.
 
