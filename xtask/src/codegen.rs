@@ -223,8 +223,8 @@ fn emu_header(root: &Path) -> Result<Generated> {
 
 #[cfg(test)]
 mod tests {
-    /// The freshness check as a plain test, so that `cargo test` alone catches a stale header,
-    /// manual page or debian/copyright.
+    /// The freshness check as a plain test, so that `cargo test` alone catches a stale header
+    /// or debian/copyright.
     #[test]
     fn generated_files_are_fresh() {
         let stale: Vec<_> = super::stale_files()

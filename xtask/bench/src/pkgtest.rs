@@ -227,8 +227,8 @@ fn install_from_source_step(sh: &Shell) -> Result<()> {
 }
 
 /// What the archives must be: xz members; a -dbgsym package beside each package with ELF
-/// files; the manual pages; a libgdrapi.a without bitcode whose only global symbols are the API, linking beside
-/// another Rust staticlib (staticlib.rs). Prints the sizes.
+/// files; the manual pages; a libgdrapi.a without bitcode whose only global symbols are the
+/// API, linking beside another Rust staticlib (staticlib.rs). Prints the sizes.
 fn contents_check(sh: &Shell, debs: &[Built]) -> Result<()> {
     for b in debs {
         for deb in std::iter::once(&b.path).chain(b.dbgsym.iter()) {
