@@ -4,7 +4,6 @@
 //!   function prototypes; values that cbindgen cannot evaluate (ioctl numbers and versions
 //!   computed by `const fn`) are written here from the same Rust constants, so there is still
 //!   only one definition.
-//! - The manual pages of the test programs, from their clap commands (manpage.rs).
 //! - The maintainer and homepage in debian/copyright and the Cargo.toml files, from
 //!   debian/control (identity.rs).
 //! - The third-party part of debian/copyright, from Cargo.lock (licences.rs).
@@ -19,7 +18,6 @@ use xtask_base::generated::Generated;
 use xtask_base::paths;
 
 mod gdrapi;
-mod manpage;
 
 /// The generated files whose contents on disk differ from what would be generated.
 fn stale_files() -> Result<Vec<Generated>> {
@@ -57,7 +55,6 @@ pub fn generate_all() -> Result<Vec<Generated>> {
         emu_header(&root)?,
         gdrapi::header(&root)?,
     ];
-    all.extend(manpage::pages()?);
     all.push(xtask_pack::identity::cargo_manifest(&root, &identity)?);
     all.push(xtask_pack::licences::generate(&root, &identity)?);
     Ok(all)
@@ -226,8 +223,8 @@ fn emu_header(root: &Path) -> Result<Generated> {
 
 #[cfg(test)]
 mod tests {
-    /// The freshness check as a plain test, so that `cargo test` alone catches a stale header,
-    /// manual page or debian/copyright.
+    /// The freshness check as a plain test, so that `cargo test` alone catches a stale header
+    /// or debian/copyright.
     #[test]
     fn generated_files_are_fresh() {
         let stale: Vec<_> = super::stale_files()

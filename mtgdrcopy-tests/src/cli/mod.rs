@@ -1,5 +1,5 @@
-//! The tools' command lines, kept in the library so that the manual pages are rendered from
-//! clap's own model (`cargo xtask codegen`) rather than from `--help` output.
+//! The tools' command lines, kept in the library so that the test of the hand-written manual
+//! pages (tests/man_pages.rs) can check each page's options against its program's.
 
 pub mod apiperf;
 pub mod copybw;

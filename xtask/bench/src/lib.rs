@@ -15,6 +15,7 @@ pub mod fuzz;
 pub mod hostbench;
 pub mod kernel;
 pub mod library;
+pub mod manpages;
 pub mod matrix;
 pub mod msrv;
 pub mod pkgtest;

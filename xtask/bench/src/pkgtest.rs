@@ -168,7 +168,8 @@ fn build_all_test_step(sh: &Shell) -> Result<()> {
 
 /// What `cargo xtask install lib exes` (upstream's `make lib_install exes_install`) leaves
 /// under a prefix: the library under its real name with its two links, the reduced static
-/// library, the header, a pkg-config file pointing at the prefix, and the programs, stripped.
+/// library, the header, a pkg-config file pointing at the prefix, the programs, stripped, and
+/// the manual pages (gdrapi(3), one page per program).
 /// The driver's install needs a kernel build tree and is not run here.
 fn install_from_source_step(sh: &Shell) -> Result<()> {
     let dest = paths::build_dir().join("install-test");
@@ -187,11 +188,19 @@ fn install_from_source_step(sh: &Shell) -> Result<()> {
     let link = |name: &str| fs::read_link(lib.join(name)).map_err(anyhow::Error::from);
     ensure!(link("libgdrapi.so")? == Path::new("libgdrapi.so.1"));
     ensure!(link("libgdrapi.so.1")?.to_string_lossy() == format!("libgdrapi.so.{version}"));
+    let bins = ws.krate("mtgdrcopy-tests")?.bins.clone();
+    let pages = bins
+        .iter()
+        .map(|bin| (prefix.join(format!("share/man/man1/{bin}.1")), 0o644));
     for (path, mode) in [
         (lib.join(format!("libgdrapi.so.{version}")), 0o644),
         (lib.join("libgdrapi.a"), 0o644),
         (prefix.join("include/gdrapi.h"), 0o644),
-    ] {
+        (prefix.join("share/man/man3/gdrapi.3"), 0o644),
+    ]
+    .into_iter()
+    .chain(pages)
+    {
         let actual = fs::metadata(&path)
             .with_context(|| format!("install left no {}", path.display()))?
             .permissions()
@@ -204,7 +213,7 @@ fn install_from_source_step(sh: &Shell) -> Result<()> {
         pc.contains("prefix=/opt/mtg\n") && pc.contains(&format!("Version: {version}")),
         "gdrapi.pc:\n{pc}"
     );
-    for bin in &ws.krate("mtgdrcopy-tests")?.bins {
+    for bin in &bins {
         let path = prefix.join("bin").join(bin);
         let sections = cmd!(sh, "readelf -S {path}").quiet().read()?;
         ensure!(
@@ -218,8 +227,8 @@ fn install_from_source_step(sh: &Shell) -> Result<()> {
 }
 
 /// What the archives must be: xz members; a -dbgsym package beside each package with ELF
-/// files; a libgdrapi.a without bitcode whose only global symbols are the API, linking beside
-/// another Rust staticlib (staticlib.rs). Prints the sizes.
+/// files; the manual pages; a libgdrapi.a without bitcode whose only global symbols are the
+/// API, linking beside another Rust staticlib (staticlib.rs). Prints the sizes.
 fn contents_check(sh: &Shell, debs: &[Built]) -> Result<()> {
     for b in debs {
         for deb in std::iter::once(&b.path).chain(b.dbgsym.iter()) {
@@ -241,6 +250,18 @@ fn contents_check(sh: &Shell, debs: &[Built]) -> Result<()> {
             if has_elf { "has" } else { "no" },
             if b.dbgsym.is_some() { "a" } else { "no" }
         );
+    }
+    // The manual pages, compressed by dh_compress: gdrapi(3) and one page per program.
+    let bins = Workspace::load()?.krate("mtgdrcopy-tests")?.bins.clone();
+    let pages = [(Package::Lib, "usr/share/man/man3/gdrapi.3.gz".to_owned())]
+        .into_iter()
+        .chain(
+            bins.iter()
+                .map(|b| (Package::Tests, format!("usr/share/man/man1/{b}.1.gz"))),
+        );
+    for (package, page) in pages {
+        let path = find(debs, package)?.package.tree().join(&page);
+        ensure!(path.is_file(), "{} lacks {page}", package.deb_name());
     }
     let lib = find(debs, Package::Lib)?;
     let arch = host_arch()?;

@@ -117,6 +117,10 @@ fn steps(args: &Args) -> Result<(Vec<Step<'static>>, Vec<Step<'static>>)> {
             "workflows: actionlint and ShellCheck",
             Box::new(crate::workflows::test_step),
         ),
+        (
+            "man pages: groff -ww -z and man --warnings print nothing",
+            Box::new(crate::manpages::test_step),
+        ),
         (CLIPPY_STEP, Box::new(clippy)),
         (
             "rust-version: no dependency needs a newer Rust (product, xtask)",

@@ -22,10 +22,10 @@ use xtask_base::{build, files, paths};
 
 use crate::stage::Package;
 
-/// What debian/rules reads: the packaging, the module's sources, the library's header and
-/// pkg-config template, the tools' manual pages, the crates' versions. Copied as they are in
-/// the working tree (which need not be a git checkout: the reproducibility and upgrade tests
-/// build from copies).
+/// What debian/rules reads: the packaging, the module's sources, the library's header,
+/// pkg-config template and manual page, the tools' manual pages, the crates' versions. Copied
+/// as they are in the working tree (which need not be a git checkout: the reproducibility and
+/// upgrade tests build from copies).
 const INPUTS: &[&str] = &[
     "debian",
     "dkms",

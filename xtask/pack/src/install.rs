@@ -4,9 +4,10 @@
 //! for staging (`--destdir`).
 //!
 //! - `lib`: `<libdir>/libgdrapi.so.<version>` with the links `.so.<major>` and `.so`,
-//!   `libgdrapi.a`, `<prefix>/include/gdrapi.h`, `<libdir>/pkgconfig/gdrapi.pc`; then
-//!   `ldconfig` when installing into the live system as root.
-//! - `exes`: the mtgdrcopy-tests programs into `<prefix>/bin`.
+//!   `libgdrapi.a`, `<prefix>/include/gdrapi.h`, `<libdir>/pkgconfig/gdrapi.pc`, gdrapi(3) into
+//!   `<prefix>/share/man/man3`; then `ldconfig` when installing into the live system as root.
+//! - `exes`: the mtgdrcopy-tests programs into `<prefix>/bin`, their manual pages into
+//!   `<prefix>/share/man/man1`.
 //! - `drv`: mtgdrdrv.ko for the running kernel (or `--kver`) into
 //!   `<destdir>/lib/modules/<kver>/extra`, `depmod`, the udev rule into
 //!   `<prefix>/lib/udev/rules.d` and the modprobe.d softdep (mtgdrdrv loads when mtgpu does)
@@ -102,6 +103,11 @@ pub fn cli(args: Args) -> Result<()> {
             &dest(&args.prefix.join("include/gdrapi.h")),
             0o644,
         )?;
+        files::put_file(
+            &paths::root().join("libgdrapi/man/gdrapi.3"),
+            &dest(&args.prefix.join("share/man/man3/gdrapi.3")),
+            0o644,
+        )?;
         println!("{}", real.display());
         if live {
             refresh_linker_cache(&sh);
@@ -112,6 +118,12 @@ pub fn cli(args: Args) -> Result<()> {
         let bins = &ws.krate("mtgdrcopy-tests")?.bins;
         let bindir = dest(&args.prefix.join("bin"));
         install_exes(&sh, &ws, bins, &bindir)?;
+        let man1 = dest(&args.prefix.join("share/man/man1"));
+        for bin in bins {
+            let page = format!("{bin}.1");
+            let source = paths::root().join("mtgdrcopy-tests/man").join(&page);
+            files::put_file(&source, &man1.join(&page), 0o644)?;
+        }
         for bin in bins {
             println!("{}", bindir.join(bin).display());
         }
