@@ -3,6 +3,7 @@
 //! test binary, load, test, unload, and judge the run by the tests' exit code, the kernel log
 //! and the leak counters.
 
+mod doctor;
 mod from_source;
 pub mod shell;
 
@@ -271,11 +272,7 @@ fn build_test_binary(sh: &Shell) -> Result<PathBuf> {
 /// The programs of the mtgdrcopy-tests package, libgdrapi.so.1 and the emulated libmusa.so.1,
 /// built in release mode and stripped, with their guest paths (programs in /usr/bin).
 fn tool_files(sh: &Shell) -> Result<Vec<(PathBuf, String)>> {
-    cmd!(
-        sh,
-        "cargo build --quiet --release -p libgdrapi -p mtgpu-emu-musa --lib"
-    )
-    .run()?;
+    cmd!(sh, "cargo build --quiet --release -p libgdrapi --lib").run()?;
     cmd!(
         sh,
         "cargo build --quiet --release -p mtgdrcopy-tests -p mtgdrdrv-fuzz --bins"
@@ -302,7 +299,7 @@ fn tool_files(sh: &Shell) -> Result<Vec<(PathBuf, String)>> {
         format!("/usr/lib/mtgdrcopy/{soname}"),
     )?;
     stage(
-        release.join("libmusa.so"),
+        xtask_base::build::emulated_musa(sh)?,
         "libmusa.so.1",
         "/usr/lib/mtgdrcopy/emu/libmusa.so.1".into(),
     )?;
@@ -336,6 +333,7 @@ pub fn programs(dir: &Path, also: impl Fn(&str) -> bool) -> Result<Vec<(PathBuf,
 const SCRIPT: &str = r#"
 step() { echo "MTGDRCOPY-STEP $1 $(cut -d' ' -f1 /proc/uptime)"; }
 fail() { echo "MTGDRCOPY-FAIL $*"; exit 1; }
+@DOCTOR_FUNCTION@
 step load
 insmod /lib/mtgdrcopy/mtgpu_emu.ko || fail "insmod mtgpu_emu"
 insmod /lib/mtgdrcopy/mtgdrdrv.ko || fail "insmod mtgdrdrv"
@@ -347,7 +345,7 @@ step tests
 /opt/mtgdrcopy/vm_module --test-threads=1
 rc=$?
 step sanity
-export LD_LIBRARY_PATH=/usr/lib/mtgdrcopy:/usr/lib/mtgdrcopy/emu
+@ENVIRONMENT@
 for page in 4096 65536 2097152; do
     echo "MTGDRCOPY-SANITY-PAGE $page"
     MTGPU_EMU_PAGE_SIZE=$page mtgdrcopy_sanity -e || rc=1
@@ -374,6 +372,12 @@ n=$(grep -c '^ok [12] - ' /tmp/tool.out)
 echo "MTGDRCOPY-TAP-OK $n"
 [ "$n" = 2 ] && grep -q '^1[.][.]2$' /tmp/tool.out || { cat /tmp/tool.out; rc=1; }
 mtgdrcopy_copybw --version | grep -q '^driver: *mtgdrdrv ' || { echo "MTGDRCOPY-FAIL --version names no mtgdrdrv"; rc=1; }
+# The emulated libmusa is refused unless the test suite allows it, and named when it is in use.
+expect_exit 77 env -u MTGDRCOPY_ALLOW_EMULATED_MUSA mtgdrcopy_musainfo
+grep -q "libmusa.so.1 is the mtgdrcopy test suite's emulated libmusa" /tmp/tool.out || { echo "MTGDRCOPY-FAIL the emulated libmusa was not refused by name"; rc=1; }
+mtgdrcopy_copybw --version | grep -qF 'MUSA driver: 30000 (emulated, /usr/lib/mtgdrcopy/emu/libmusa.so.1)' || { echo "MTGDRCOPY-FAIL --version does not say emulated"; rc=1; }
+step doctor
+@DOCTOR_LOADED@
 step sanity-dmabuf
 # The dma-buf backend, forced while the module is loaded.
 echo "MTGDRCOPY-SANITY-PAGE dmabuf-forced"
@@ -384,6 +388,7 @@ step counters
 sed 's/^/MTGDRCOPY-COUNTER /' /proc/driver/mtgdrdrv/counters
 step unload
 rmmod mtgdrdrv || fail "rmmod mtgdrdrv"
+doctor no-module 1
 step sanity-nomodule
 # The dma-buf backend chosen because /dev/mtgdrdrv is gone.
 echo "MTGDRCOPY-SANITY-PAGE dmabuf-nomodule"
@@ -397,6 +402,7 @@ expect_exit 77 env MTGPU_EMU_DMABUF=off mtgdrcopy_copybw
 grep -q 'mtgdrdrv is not loaded' /tmp/tool.out || { echo "MTGDRCOPY-FAIL the hint does not say mtgdrdrv is not loaded"; rc=1; }
 mtgdrcopy_musainfo --emu-stats | sed 's/^/MTGDRCOPY-COUNTER /'
 rmmod mtgpu_emu || fail "rmmod mtgpu_emu (a dma-buf still holds it?)"
+doctor nothing 77 env LD_LIBRARY_PATH=/usr/lib/mtgdrcopy
 # No GPU at all: the emulated libmusa finds no device.
 expect_exit 77 mtgdrcopy_copybw
 expect_exit 77 mtgdrcopy_sanity --format tap
@@ -412,12 +418,25 @@ for i in $(seq 50); do [ -c /dev/mtgdrdrv ] && break; sleep 0.1; done
 n=$(dmesg | grep -c "reload mtgpu without disable_driver=1")
 echo "MTGDRCOPY-DISABLED-LINES $n"
 [ "$n" -ge 2 ] && [ "$n" -le 11 ] || rc=1
+doctor disabled 1
 rmmod mtgdrdrv || fail "rmmod mtgdrdrv (disabled provider)"
 rmmod mtgpu_emu || fail "rmmod mtgpu_emu (disable_driver=1)"
 @FROM_SOURCE@
 step done
 exit $rc
 "#;
+
+/// What the guest's tools run with: libgdrapi, and the emulated libmusa standing in for the MUSA
+/// driver's, which the tools use only because the test suite allows it; the emulated provider
+/// named for the doctor (as for mtgdrdrv-load and insmod.sh).
+const ENVIRONMENT: &str = "export LD_LIBRARY_PATH=/usr/lib/mtgdrcopy:/usr/lib/mtgdrcopy/emu
+export MTGDRCOPY_ALLOW_EMULATED_MUSA=1
+export MTGDRDRV_PROVIDER=mtgpu_emu";
+
+/// [`LOAD_ONLY`] with its environment.
+pub(crate) fn load_only() -> String {
+    LOAD_ONLY.replace("@ENVIRONMENT@", ENVIRONMENT)
+}
 
 /// A VM of `kernel` holding both modules (under /lib/mtgdrcopy) and the in-VM test binary
 /// (/opt/mtgdrcopy/vm_module), with no script yet.
@@ -440,6 +459,7 @@ fn module_vm(sh: &Shell, kernel: &Kernel) -> Result<vm::VmSpec> {
         (test_exe, "/opt/mtgdrcopy/vm_module".into()),
     ];
     spec.files.extend(tools);
+    spec.files.extend(doctor::files());
     spec.ivshmem_mb = 256;
     spec.memory_mb = 1024;
     // Guest time is ~4 min on an idle host and 13 min at load average 8 (10,000-cycle stress and
@@ -451,8 +471,7 @@ fn module_vm(sh: &Shell, kernel: &Kernel) -> Result<vm::VmSpec> {
 const LOAD_ONLY: &str = r#"
 insmod /lib/mtgdrcopy/mtgpu_emu.ko && insmod /lib/mtgdrcopy/mtgdrdrv.ko || exit 1
 for i in $(seq 50); do [ -c /dev/mtgdrdrv ] && [ -c /dev/mtgpu_emu ] && break; sleep 0.1; done
-# libgdrapi, and the emulated libmusa standing in for the MUSA driver's.
-export LD_LIBRARY_PATH=/usr/lib/mtgdrcopy:/usr/lib/mtgdrcopy/emu
+@ENVIRONMENT@
 echo "modules loaded; tools in /usr/bin/mtgdrcopy_*; tests: /opt/mtgdrcopy/vm_module --test-threads=1"
 "#;
 
@@ -461,7 +480,7 @@ echo "modules loaded; tools in /usr/bin/mtgdrcopy_*; tests: /opt/mtgdrcopy/vm_mo
 /// (`cargo xtask bench`).
 pub fn tools_vm(sh: &Shell, kernel: &Kernel, script: &str) -> Result<vm::VmSpec> {
     let mut spec = module_vm(sh, kernel)?;
-    spec.script = format!("{LOAD_ONLY}\n{script}\n");
+    spec.script = format!("{}\n{script}\n", load_only());
     Ok(spec)
 }
 
@@ -494,9 +513,13 @@ pub fn run_module_tests(sh: &Shell, kernel: &Kernel) -> Result<()> {
         String::new()
     };
     spec.script = SCRIPT
+        .replace("@DOCTOR_FUNCTION@\n", doctor::FUNCTION)
+        .replace("@ENVIRONMENT@", ENVIRONMENT)
+        .replace("@DOCTOR_LOADED@\n", &doctor::loaded_states())
         .replace("@FUZZ_SEED@", &seed)
         .replace("@FUZZ_OPS@", &ops)
         .replace("@FROM_SOURCE@\n", &from_source);
+    let expected_exits = doctor::exit_checks(&spec.script);
     let log = paths::build_dir()
         .join("vm")
         .join(format!("module-tests-{}.log", kernel.release));
@@ -505,13 +528,28 @@ pub fn run_module_tests(sh: &Shell, kernel: &Kernel) -> Result<()> {
     timed("VM run", t);
     print_guest_steps(&outcome.console);
     judge(&outcome, &log)?;
-    check_tool_statuses(&outcome.console, &log)?;
+    check_tool_statuses(&outcome.console, expected_exits, &log)?;
+    doctor::check(
+        &outcome.console,
+        &[
+            "healthy",
+            "no-libmusa",
+            "no-group",
+            "relogin",
+            "no-module",
+            "nothing",
+            "disabled",
+        ],
+        &log,
+    )?;
     if !from_source.is_empty() {
         from_source::check(&outcome.console, &log)?;
     }
     if let Some((spec, log)) = nopat {
         let t = Instant::now();
-        vm::run(&spec, &log)?.ensure_passed("the mapping tests with x86 PAT off", &log)?;
+        let outcome = vm::run(&spec, &log)?;
+        outcome.ensure_passed("the mapping tests with x86 PAT off", &log)?;
+        doctor::check(&outcome.console, &["nopat"], &log)?;
         timed("VM run with nopat", t);
     }
     Ok(())
@@ -524,9 +562,14 @@ fn nopat_vm(spec: &vm::VmSpec, kernel: &Kernel) -> (vm::VmSpec, PathBuf) {
     let mut spec = spec.clone();
     spec.extra_cmdline = "nopat".into();
     spec.script = format!(
-        "{LOAD_ONLY}\n\
+        "{}\n{}\
          dmesg | grep -q 'PAT support disabled' || {{ echo 'PAT is still on'; exit 1; }}\n\
-         /opt/mtgdrcopy/vm_module --test-threads=1 basics:: lifetimes::\n"
+         rc=0\n\
+         doctor nopat 0\n\
+         /opt/mtgdrcopy/vm_module --test-threads=1 basics:: lifetimes:: || rc=1\n\
+         exit $rc\n",
+        load_only(),
+        doctor::FUNCTION
     );
     let log = paths::build_dir()
         .join("vm")
@@ -536,7 +579,7 @@ fn nopat_vm(spec: &vm::VmSpec, kernel: &Kernel) -> (vm::VmSpec, PathBuf) {
 
 /// The `expect_exit` lines of [`SCRIPT`]: each tool ended with the status it should, and all
 /// of them ran.
-fn check_tool_statuses(console: &str, log: &Path) -> Result<()> {
+fn check_tool_statuses(console: &str, expected: usize, log: &Path) -> Result<()> {
     let exits: Vec<&str> = marked(console, "MTGDRCOPY-EXIT ").collect();
     for line in &exits {
         eprintln!("      guest exit status: {line}");
@@ -549,16 +592,14 @@ fn check_tool_statuses(console: &str, log: &Path) -> Result<()> {
         );
     }
     ensure!(
-        exits.len() == EXPECTED_EXITS,
-        "{} tool exit statuses checked in the VM, expected {EXPECTED_EXITS}; full log: {}",
+        exits.len() == expected,
+        "{} tool exit statuses checked in the VM, expected {expected} (the script's \
+         expect_exit and doctor calls); full log: {}",
         exits.len(),
         log.display()
     );
     Ok(())
 }
-
-/// How many `expect_exit` lines [`SCRIPT`] has.
-const EXPECTED_EXITS: usize = 7;
 
 /// The guest's step markers, as durations.
 pub fn print_guest_steps(console: &str) {
