@@ -55,6 +55,13 @@ const EMULATED: &str = "WARN  libmusa: /usr/lib/mtgdrcopy/emu/libmusa.so.1 (vers
     tools refuse the emulated one unless MTGDRCOPY_ALLOW_EMULATED_MUSA=1 (only the test suite \
     sets it)";
 
+/// The states [`check`] judges in the full run: those of [`loaded_states`], then the others.
+pub const LOADED_STATES: [&str; 4] = ["healthy", "no-libmusa", "no-group", "relogin"];
+pub const OTHER_STATES: [&str; 3] = ["no-module", "nothing", "disabled"];
+
+/// The `nopat` boot's run.
+pub const NOPAT_RUN: &str = "doctor nopat 0";
+
 /// Each state's line that must be there, exactly.
 pub const EXPECTED: [(&str, &str); 8] = [
     ("healthy", EMULATED),
@@ -164,5 +171,20 @@ mod tests {
         check(&console, &["healthy"], log).unwrap();
         let failed = format!("{console}MTGDRCOPY-DOCTOR healthy FAIL  pat: x; fix: y\n");
         assert!(check(&failed, &["healthy"], log).is_err());
+    }
+
+    #[test]
+    fn the_scripts_run_every_expected_state() {
+        let script = super::super::SCRIPT.replace("@DOCTOR_LOADED@", &loaded_states());
+        for (state, _) in EXPECTED {
+            let run = format!("doctor {state} ");
+            let found = if state == "nopat" {
+                NOPAT_RUN.starts_with(&run)
+            } else {
+                script.lines().any(|l| l.starts_with(&run))
+            };
+            assert!(found, "no run of the doctor in state {state}");
+        }
+        assert_eq!(LOADED_STATES.len() + OTHER_STATES.len() + 1, EXPECTED.len());
     }
 }
