@@ -43,6 +43,15 @@ impl Found {
     }
 }
 
+/// The export `name` of `lib` by the `_v2` rule, as the type `t`.
+macro_rules! lookup {
+    ($lib:expr, $t:ty, $name:literal) => {
+        // SAFETY: `$t` is the musa.h prototype of `$name` (the types above), or a data pointer
+        // that is only compared with null.
+        unsafe { gdrapi::musa::function::<$t>($lib, $name) }
+    };
+}
+
 type MuInit = unsafe extern "C" fn(c_uint) -> MUresult;
 type MuDriverGetVersion = unsafe extern "C" fn(*mut c_int) -> MUresult;
 type MuDeviceGetCount = unsafe extern "C" fn(*mut c_int) -> MUresult;
@@ -55,18 +64,13 @@ pub fn probe(mtgpu_live: bool) -> Option<Found> {
     let (lib, name) = gdrapi::musa::open_library().ok()?;
     let path = file_of(&lib, "muInit").ok_or(name);
     let emulated = gdrapi::musa::is_emulated(&lib);
-    // SAFETY (each lookup): the type is the musa.h prototype of that name.
-    let version =
-        unsafe { gdrapi::musa::function::<MuDriverGetVersion>(&lib, "muDriverGetVersion") }
-            .and_then(|f| {
-                let mut v: c_int = 0;
-                // SAFETY: `v` is a valid out pointer; muDriverGetVersion needs no muInit.
-                (unsafe { f(&mut v) } == MUSA_SUCCESS).then_some(v)
-            });
-    // SAFETY: only looked up, never called.
-    let exports_dmabuf =
-        unsafe { gdrapi::musa::function::<*const ()>(&lib, "muMemGetHandleForAddressRange") }
-            .is_some();
+    let version = lookup!(&lib, MuDriverGetVersion, "muDriverGetVersion").and_then(|f| {
+        let mut v: c_int = 0;
+        // SAFETY: `v` is a valid out pointer; muDriverGetVersion needs no muInit.
+        (unsafe { f(&mut v) } == MUSA_SUCCESS).then_some(v)
+    });
+    // Only looked up, never called: a data-pointer type is enough.
+    let exports_dmabuf = lookup!(&lib, *const (), "muMemGetHandleForAddressRange").is_some();
     let devices = if !mtgpu_live {
         Err("mtgpu is not live, so libmusa was not initialised".to_string())
     } else if emulated && !emulated_allowed() {
@@ -89,14 +93,12 @@ pub fn probe(mtgpu_live: bool) -> Option<Found> {
 }
 
 fn devices(lib: &libloading::Library) -> Result<Vec<Device>, String> {
-    // SAFETY (each lookup): the type is the musa.h prototype of that name.
-    let init = unsafe { gdrapi::musa::function::<MuInit>(lib, "muInit") };
-    let count = unsafe { gdrapi::musa::function::<MuDeviceGetCount>(lib, "muDeviceGetCount") };
-    let get = unsafe { gdrapi::musa::function::<MuDeviceGet>(lib, "muDeviceGet") };
-    let name = unsafe { gdrapi::musa::function::<MuDeviceGetString>(lib, "muDeviceGetName") };
-    let pci = unsafe { gdrapi::musa::function::<MuDeviceGetString>(lib, "muDeviceGetPCIBusId") };
-    let attr =
-        unsafe { gdrapi::musa::function::<MuDeviceGetAttribute>(lib, "muDeviceGetAttribute") };
+    let init = lookup!(lib, MuInit, "muInit");
+    let count = lookup!(lib, MuDeviceGetCount, "muDeviceGetCount");
+    let get = lookup!(lib, MuDeviceGet, "muDeviceGet");
+    let name = lookup!(lib, MuDeviceGetString, "muDeviceGetName");
+    let pci = lookup!(lib, MuDeviceGetString, "muDeviceGetPCIBusId");
+    let attr = lookup!(lib, MuDeviceGetAttribute, "muDeviceGetAttribute");
     let (Some(init), Some(count), Some(get), Some(name)) = (init, count, get, name) else {
         return Err(
             "libmusa lacks muInit, muDeviceGetCount, muDeviceGet or muDeviceGetName".into(),
