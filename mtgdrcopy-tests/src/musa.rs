@@ -3,7 +3,9 @@
 //!
 //! The library is found, and its functions resolved (`_v2` names first where CUDA has them), by
 //! the same rule as libgdrapi's dma-buf backend: `gdrapi::musa`. On test machines the library
-//! found is the emulated one backed by `mtgpu_emu` (package `mtgpu-emu-musa`).
+//! found is the emulated one backed by `mtgpu_emu` (package `mtgpu-emu-musa`), which the tools
+//! refuse unless the test suite sets `MTGDRCOPY_ALLOW_EMULATED_MUSA=1`: it must never pass for
+//! the driver's on a real host.
 //!
 //! Every [`Gpu`] method makes the device's primary context current in the calling thread
 //! first (`muCtxSetCurrent` is cheap), so a [`MusaGpu`] can be used from any thread.
