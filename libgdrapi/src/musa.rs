@@ -1,9 +1,16 @@
 //! Finding the MUSA driver library and its functions: one rule for libgdrapi's dma-buf backend
 //! and the test tools.
 //!
-//! The library: `libmusa.so.1`, then `libmusa.so`, through the dynamic loader (so
-//! `LD_LIBRARY_PATH` applies), then `lib64/` and `lib/` under `$MUSA_HOME` and under
-//! `/usr/local/musa`, where Moore Threads' installer puts it.
+//! The library: `libmusa.so.1` through the dynamic loader (so `LD_LIBRARY_PATH` applies), then
+//! `lib64/` and `lib/` under `$MUSA_HOME` and under `/usr/local/musa`, where Moore Threads'
+//! installer puts it, and only then a bare `libmusa.so` through the loader. The soname is what
+//! every driver install provides; the unversioned name is a development link, which on a real
+//! host sits next to a `libmusa.so.1` already found, so trying it last loses nothing there and
+//! keeps a stray `libmusa.so` on the loader path (a build tree's) from shadowing the installed
+//! driver.
+//!
+//! The emulated libmusa of the test suite exports [`EMULATED_MARKER`]; the real one never does,
+//! so [`is_emulated`] tells them apart.
 //!
 //! The functions: MUSA's driver API mirrors CUDA's, including CUDA's versioned exports. Where
 //! CUDA's libcuda exports a function under a `_v2` name for the current ABI (what `cuda.h`'s
@@ -95,9 +102,20 @@ pub fn export_names(function: &str) -> Vec<String> {
     }
 }
 
+/// The data symbol only the emulated libmusa exports (a NUL-terminated description).
+pub const EMULATED_MARKER: &str = "mtgdrcopy_emulated_musa";
+
+/// Whether `lib` is the test suite's emulated libmusa (it exports [`EMULATED_MARKER`]).
+pub fn is_emulated(lib: &Library) -> bool {
+    let mut symbol = EMULATED_MARKER.as_bytes().to_vec();
+    symbol.push(0);
+    // SAFETY: only the symbol's presence is asked; its address is never dereferenced.
+    unsafe { lib.get::<*const u8>(&symbol) }.is_ok()
+}
+
 /// The library paths tried, in order.
 pub fn library_candidates() -> Vec<String> {
-    let mut names = vec!["libmusa.so.1".to_string(), "libmusa.so".to_string()];
+    let mut names = vec!["libmusa.so.1".to_string()];
     let home = std::env::var_os(MUSA_HOME_ENV).filter(|h| !h.is_empty());
     let homes = home
         .map(|h| h.to_string_lossy().trim_end_matches('/').to_string())
@@ -111,6 +129,7 @@ pub fn library_candidates() -> Vec<String> {
             }
         }
     }
+    names.push("libmusa.so".to_string());
     names
 }
 
@@ -191,12 +210,21 @@ mod tests {
     }
 
     #[test]
-    fn the_loader_then_musa_home_then_usr_local() {
+    fn the_loader_then_musa_home_then_usr_local_then_the_bare_name() {
         let names = library_candidates();
-        assert_eq!(names[..2], ["libmusa.so.1", "libmusa.so"]);
+        assert_eq!(names[0], "libmusa.so.1");
         assert!(names.ends_with(&[
             "/usr/local/musa/lib64/libmusa.so.1".to_string(),
-            "/usr/local/musa/lib/libmusa.so.1".to_string()
+            "/usr/local/musa/lib/libmusa.so.1".to_string(),
+            "libmusa.so".to_string()
         ]));
+        assert_eq!(names.iter().filter(|n| *n == "libmusa.so").count(), 1);
+    }
+
+    #[test]
+    fn a_library_without_the_marker_is_not_emulated() {
+        // SAFETY: libc is already loaded in this process; loading it again runs nothing.
+        let libc = unsafe { Library::new("libc.so.6") }.expect("libc.so.6");
+        assert!(!is_emulated(&libc));
     }
 }

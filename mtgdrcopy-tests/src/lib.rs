@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod cli;
+pub mod doctor;
 pub mod gdr;
 pub mod gpu;
 pub mod musa;

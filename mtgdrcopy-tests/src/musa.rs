@@ -3,7 +3,9 @@
 //!
 //! The library is found, and its functions resolved (`_v2` names first where CUDA has them), by
 //! the same rule as libgdrapi's dma-buf backend: `gdrapi::musa`. On test machines the library
-//! found is the emulated one backed by `mtgpu_emu` (package `mtgpu-emu-musa`).
+//! found is the emulated one backed by `mtgpu_emu` (package `mtgpu-emu-musa`), which the tools
+//! refuse unless the test suite sets `MTGDRCOPY_ALLOW_EMULATED_MUSA=1`: it must never pass for
+//! the driver's on a real host.
 //!
 //! Every [`Gpu`] method makes the device's primary context current in the calling thread
 //! first (`muCtxSetCurrent` is cheap), so a [`MusaGpu`] can be used from any thread.
@@ -33,6 +35,24 @@ pub use gdrapi::musa::ids::{
 };
 
 pub use gdrapi::musa::{DEFAULT_MUSA_HOME, MUSA_HOME_ENV};
+
+/// Set to `1` (exactly), the tools use the test suite's emulated libmusa; without it they refuse
+/// it, so that it can never be taken for the MUSA driver's.
+pub const ALLOW_EMULATED_ENV: &str = "MTGDRCOPY_ALLOW_EMULATED_MUSA";
+
+/// Whether [`ALLOW_EMULATED_ENV`] allows the emulated libmusa.
+pub fn emulated_allowed() -> bool {
+    std::env::var_os(ALLOW_EMULATED_ENV).is_some_and(|v| v == "1")
+}
+
+/// Why the emulated libmusa at `path` is not used.
+pub fn emulated_refusal(path: &str) -> String {
+    format!(
+        "{path} is the mtgdrcopy test suite's emulated libmusa, not Moore Threads' MUSA driver: \
+         remove its directory from LD_LIBRARY_PATH and install the driver (it ships \
+         libmusa.so.1); only the test suite uses it, with {ALLOW_EMULATED_ENV}=1"
+    )
+}
 
 /// A failed driver call: its name, the MUSA code, and the driver's name and text for it.
 #[derive(Debug, Clone)]
@@ -76,8 +96,10 @@ type MuGetErrorString = unsafe extern "C" fn(MUresult, *mut *const c_char) -> MU
 
 /// The driver API entry points the programs use, resolved once.
 struct Api {
-    /// Where the library was found (the name as passed to dlopen).
+    /// The file the library was loaded from (else the name passed to dlopen).
     path: String,
+    /// It is the test suite's emulated libmusa (allowed by [`ALLOW_EMULATED_ENV`]).
+    emulated: bool,
     driver_get_version: MuDriverGetVersion,
     device_get_count: MuDeviceGetCount,
     device_get: MuDeviceGet,
@@ -132,8 +154,37 @@ fn open_library() -> Result<(Library, String)> {
     })
 }
 
+/// The file `lib` was loaded from, found through the address of its export `symbol` (a name the
+/// loader found by its search path says nothing about the directory).
+pub fn file_of(lib: &Library, symbol: &str) -> Option<String> {
+    let mut name = symbol.as_bytes().to_vec();
+    name.push(0);
+    // SAFETY: only the symbol's address is taken, never dereferenced.
+    let addr = unsafe { lib.get::<*const c_void>(&name) }.ok()?;
+    let addr: *const c_void = *addr;
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+    // SAFETY: `info` is writable; dladdr fills it for an address inside a loaded object.
+    let found = unsafe { libc::dladdr(addr, info.as_mut_ptr()) } != 0;
+    // SAFETY: dladdr succeeded, so `info` is initialised (it was zeroed before in any case).
+    let info = unsafe { info.assume_init() };
+    if !found || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dli_fname points to the loader's NUL-terminated path of the object.
+    let file = unsafe { CStr::from_ptr(info.dli_fname) };
+    let file = file.to_string_lossy().into_owned();
+    // The loader's name may be relative to the working directory; make it absolute.
+    Some(std::fs::canonicalize(&file).map_or(file, |p| p.display().to_string()))
+}
+
 fn load() -> Result<Api> {
     let (lib, path) = open_library()?;
+    // The file, not just the name the loader found it by.
+    let path = file_of(&lib, "muInit").unwrap_or(path);
+    let emulated = gdrapi::musa::is_emulated(&lib);
+    if emulated && !emulated_allowed() {
+        bail!(emulated_refusal(&path));
+    }
     macro_rules! sym {
         ($name:literal) => {{
             // SAFETY: the field it is stored in has the C signature of the musa.h prototype of
@@ -173,6 +224,7 @@ fn load() -> Result<Api> {
         // SAFETY: muInit takes flags by value; 0 is the only defined value.
         init: unsafe { init(0) },
         path,
+        emulated,
         _lib: lib,
     };
     Ok(api)
@@ -187,9 +239,14 @@ fn api() -> Result<&'static Api> {
         .map_err(|e| anyhow!("{e}"))
 }
 
-/// The library the backend loaded, e.g. `libmusa.so.1` or `/usr/local/musa/lib/libmusa.so.1`.
+/// The file of the library the backend loaded, e.g. `/usr/local/musa/lib/libmusa.so.1`.
 pub fn library_path() -> Result<&'static str> {
     Ok(&api()?.path)
+}
+
+/// Whether the library loaded is the test suite's emulated libmusa (then allowed).
+pub fn is_emulated() -> Result<bool> {
+    Ok(api()?.emulated)
 }
 
 /// `muDriverGetVersion`, without opening a device (it needs no successful `muInit` either).
@@ -333,7 +390,7 @@ impl MusaGpu {
     }
 }
 
-fn c_buf_to_string(buf: &[c_char]) -> String {
+pub(crate) fn c_buf_to_string(buf: &[c_char]) -> String {
     let bytes: Vec<u8> = buf
         .iter()
         .take_while(|&&c| c != 0)

@@ -71,9 +71,14 @@ pub fn versions(program: &str) -> String {
             out += &line("driver", "unknown (libgdrapi not loaded)".into());
         }
     }
-    let musa = match (crate::musa::driver_version(), crate::musa::library_path()) {
-        (Ok(v), Ok(path)) => format!("{v} ({path})"),
-        (Err(e), _) | (_, Err(e)) => format!("not loaded: {e:#}"),
+    let musa = match (
+        crate::musa::driver_version(),
+        crate::musa::library_path(),
+        crate::musa::is_emulated(),
+    ) {
+        (Ok(v), Ok(path), Ok(true)) => format!("{v} (emulated, {path})"),
+        (Ok(v), Ok(path), Ok(false)) => format!("{v} ({path})"),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => format!("not loaded: {e:#}"),
     };
     out += &line("MUSA driver", musa);
     out

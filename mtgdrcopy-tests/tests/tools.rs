@@ -7,10 +7,12 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const TOOLS: [(&str, &str); 5] = [
+const TOOLS: [(&str, &str); 6] = [
     ("mtgdrcopy_apiperf", env!("CARGO_BIN_EXE_mtgdrcopy_apiperf")),
     ("mtgdrcopy_copybw", env!("CARGO_BIN_EXE_mtgdrcopy_copybw")),
     ("mtgdrcopy_copylat", env!("CARGO_BIN_EXE_mtgdrcopy_copylat")),
+    // Without mtgpu, mtgdrdrv and libmusa there is nothing for it to check: 77 as well.
+    ("mtgdrcopy_doctor", env!("CARGO_BIN_EXE_mtgdrcopy_doctor")),
     (
         "mtgdrcopy_musainfo",
         env!("CARGO_BIN_EXE_mtgdrcopy_musainfo"),

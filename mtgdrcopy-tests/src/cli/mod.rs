@@ -4,6 +4,7 @@
 pub mod apiperf;
 pub mod copybw;
 pub mod copylat;
+pub mod doctor;
 pub mod musainfo;
 pub mod sanity;
 
@@ -15,6 +16,7 @@ pub fn commands() -> Vec<clap::Command> {
         apiperf::Args::command(),
         copybw::Args::command(),
         copylat::Args::command(),
+        doctor::Args::command(),
         musainfo::Cli::command(),
         sanity::Args::command(),
     ]

@@ -198,6 +198,15 @@ fn init() -> MuResult<Driver> {
     })
 }
 
+/// What makes this library unmistakable for the real one: the mtgdrcopy tools look this symbol
+/// up (`gdrapi::musa::is_emulated`, by the name `gdrapi::musa::EMULATED_MARKER`) and refuse the
+/// library unless the test suite allows it; real libmusa never exports it.
+#[no_mangle]
+#[used]
+#[allow(non_upper_case_globals)]
+pub static mtgdrcopy_emulated_musa: [u8; 48] =
+    *b"mtgdrcopy test-only emulated libmusa, not MUSA\0\0";
+
 /// `muInit`: opens `/dev/mtgpu_emu` and reads the configuration; the first call's outcome is
 /// every later call's.
 ///

@@ -8,10 +8,11 @@ use libloading::Library;
 fn emulated_libmusa() -> Library {
     let exe = std::env::current_exe().expect("test path");
     let deps = exe.parent().expect("deps directory");
-    let path = [deps.join("libmusa.so"), deps.join("../libmusa.so")]
+    let file = "libmtgpu_emu_musa.so";
+    let path = [deps.join(file), deps.join("..").join(file)]
         .into_iter()
         .find(|p| p.exists())
-        .expect("libmusa.so in target/<profile>/deps or target/<profile>");
+        .expect("libmtgpu_emu_musa.so in target/<profile>/deps or target/<profile>");
     // SAFETY: the emulated libmusa's initialisers only set up Rust statics.
     unsafe { Library::new(&path) }.unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
 }
@@ -63,4 +64,11 @@ fn every_function_used_resolves_by_the_v2_rule() {
         gdrapi::musa::export_names("muDevicePrimaryCtxRelease")[0],
         "muDevicePrimaryCtxRelease_v2"
     );
+}
+
+#[test]
+fn it_identifies_itself_as_emulated() {
+    let lib = emulated_libmusa();
+    assert!(exports(&lib, gdrapi::musa::EMULATED_MARKER));
+    assert!(gdrapi::musa::is_emulated(&lib));
 }

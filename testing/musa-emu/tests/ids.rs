@@ -3,6 +3,7 @@
 //! held to here.
 
 use gdrapi::musa::ids as expected;
+use mtgpu_emu_musa as musa;
 
 #[test]
 fn the_emulators_ids_are_libgdrapis() {

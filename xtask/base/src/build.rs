@@ -186,6 +186,22 @@ pub fn exes(sh: &Shell) -> Result<()> {
     .context("building the mtgdrcopy-tests programs")
 }
 
+/// The test suite's emulated libmusa (crate mtgpu-emu-musa), release profile, built in a target
+/// directory of its own so that it never lies in target/release beside the product, where a
+/// loader path pointing at the build tree would take it for the MUSA driver's library. Returns
+/// the library (install it as `libmusa.so.1`, its soname).
+pub fn emulated_musa(sh: &Shell) -> Result<PathBuf> {
+    let _cwd = sh.push_dir(paths::root());
+    let dir = paths::emulated_musa_target_dir();
+    cmd!(
+        sh,
+        "cargo build --quiet --release -p mtgpu-emu-musa --lib --target-dir {dir}"
+    )
+    .run()
+    .context("building the emulated libmusa")?;
+    Ok(dir.join("release").join("libmtgpu_emu_musa.so"))
+}
+
 /// Builds mtgdrdrv.ko for `kernel` in build/driver/<release>/ and returns its path. mtgpu's
 /// Module.symvers is used when the module's Makefile finds it, else the CRC stub.
 pub fn driver(sh: &Shell, kernel: &KernelArgs) -> Result<PathBuf> {

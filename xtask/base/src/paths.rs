@@ -26,6 +26,12 @@ pub fn release_dir() -> PathBuf {
     target_dir().join("release")
 }
 
+/// The emulated libmusa's own target directory (`build::emulated_musa`): beside cargo's, never
+/// inside target/release.
+pub fn emulated_musa_target_dir() -> PathBuf {
+    target_dir().join("emulated-musa")
+}
+
 pub fn build_dir() -> PathBuf {
     root().join("build")
 }

@@ -3,13 +3,16 @@
 //! test binary, load, test, unload, and judge the run by the tests' exit code, the kernel log
 //! and the leak counters.
 
+mod doctor;
 mod from_source;
+mod judge;
+mod script;
 pub mod shell;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{bail, Context, Result};
 use xshell::{cmd, Shell};
 
 use crate::step::{timed, Step};
@@ -17,6 +20,9 @@ use xtask_base::{host, paths};
 
 use crate::kernel::{self, Builder, Kernel};
 use crate::vm;
+use judge::{check_tool_statuses, judge};
+pub(crate) use script::load_only;
+use script::{ENVIRONMENT, SCRIPT};
 
 /// Debian packages the VM steps need on the host.
 pub const HOST_PACKAGES: &[&str] = &["qemu-system-x86", "busybox-static", "make", "gcc"];
@@ -271,11 +277,7 @@ fn build_test_binary(sh: &Shell) -> Result<PathBuf> {
 /// The programs of the mtgdrcopy-tests package, libgdrapi.so.1 and the emulated libmusa.so.1,
 /// built in release mode and stripped, with their guest paths (programs in /usr/bin).
 fn tool_files(sh: &Shell) -> Result<Vec<(PathBuf, String)>> {
-    cmd!(
-        sh,
-        "cargo build --quiet --release -p libgdrapi -p mtgpu-emu-musa --lib"
-    )
-    .run()?;
+    cmd!(sh, "cargo build --quiet --release -p libgdrapi --lib").run()?;
     cmd!(
         sh,
         "cargo build --quiet --release -p mtgdrcopy-tests -p mtgdrdrv-fuzz --bins"
@@ -302,7 +304,7 @@ fn tool_files(sh: &Shell) -> Result<Vec<(PathBuf, String)>> {
         format!("/usr/lib/mtgdrcopy/{soname}"),
     )?;
     stage(
-        release.join("libmusa.so"),
+        xtask_base::build::emulated_musa(sh)?,
         "libmusa.so.1",
         "/usr/lib/mtgdrcopy/emu/libmusa.so.1".into(),
     )?;
@@ -333,92 +335,6 @@ pub fn programs(dir: &Path, also: impl Fn(&str) -> bool) -> Result<Vec<(PathBuf,
     Ok(found)
 }
 
-const SCRIPT: &str = r#"
-step() { echo "MTGDRCOPY-STEP $1 $(cut -d' ' -f1 /proc/uptime)"; }
-fail() { echo "MTGDRCOPY-FAIL $*"; exit 1; }
-step load
-insmod /lib/mtgdrcopy/mtgpu_emu.ko || fail "insmod mtgpu_emu"
-insmod /lib/mtgdrcopy/mtgdrdrv.ko || fail "insmod mtgdrdrv"
-for i in $(seq 50); do [ -c /dev/mtgdrdrv ] && [ -c /dev/mtgpu_emu ] && break; sleep 0.1; done
-[ -c /dev/mtgdrdrv ] || fail "/dev/mtgdrdrv did not appear"
-[ -c /dev/mtgpu_emu ] || fail "/dev/mtgpu_emu did not appear"
-cat /proc/driver/mtgdrdrv/params
-step tests
-/opt/mtgdrcopy/vm_module --test-threads=1
-rc=$?
-step sanity
-export LD_LIBRARY_PATH=/usr/lib/mtgdrcopy:/usr/lib/mtgdrcopy/emu
-for page in 4096 65536 2097152; do
-    echo "MTGDRCOPY-SANITY-PAGE $page"
-    MTGPU_EMU_PAGE_SIZE=$page mtgdrcopy_sanity -e || rc=1
-done
-step tool-status
-# Exit statuses and --json with the environment present (without it: mtgdrcopy-tests/tests/tools.rs).
-expect_exit() {
-    want=$1
-    shift
-    "$@" >/tmp/tool.out 2>&1
-    got=$?
-    echo "MTGDRCOPY-EXIT want=$want got=$got $*"
-    [ "$got" = "$want" ] || { sed 's/^/    /' /tmp/tool.out; rc=1; }
-}
-expect_exit 0 mtgdrcopy_copybw -s 64K -w 10 -r 10 --json /tmp/bw.json
-grep -q '"tool": "copybw"' /tmp/bw.json || { echo "MTGDRCOPY-FAIL no copybw report in --json"; rc=1; }
-echo previous >/tmp/old.json
-expect_exit 1 mtgdrcopy_copybw -s 64K -w 10 -r 10 -M cache --json /tmp/old.json
-[ "$(cat /tmp/old.json)" = previous ] || { echo "MTGDRCOPY-FAIL a failed run replaced its --json file"; rc=1; }
-ls -a /tmp | grep -q '[.]tmp$' && { echo "MTGDRCOPY-FAIL a --json temporary file was left"; rc=1; }
-expect_exit 2 mtgdrcopy_copybw -o 6
-expect_exit 0 mtgdrcopy_sanity -t basic_mumemalloc -t fault_get_pages_enomem --format tap
-n=$(grep -c '^ok [12] - ' /tmp/tool.out)
-echo "MTGDRCOPY-TAP-OK $n"
-[ "$n" = 2 ] && grep -q '^1[.][.]2$' /tmp/tool.out || { cat /tmp/tool.out; rc=1; }
-mtgdrcopy_copybw --version | grep -q '^driver: *mtgdrdrv ' || { echo "MTGDRCOPY-FAIL --version names no mtgdrdrv"; rc=1; }
-step sanity-dmabuf
-# The dma-buf backend, forced while the module is loaded.
-echo "MTGDRCOPY-SANITY-PAGE dmabuf-forced"
-GDRCOPY_USE_DMABUF_MMAP=1 mtgdrcopy_sanity || rc=1
-step fuzz
-mtgdrdrv_fuzz --seed @FUZZ_SEED@ --ops @FUZZ_OPS@ --api-ops 20000 || rc=1
-step counters
-sed 's/^/MTGDRCOPY-COUNTER /' /proc/driver/mtgdrdrv/counters
-step unload
-rmmod mtgdrdrv || fail "rmmod mtgdrdrv"
-step sanity-nomodule
-# The dma-buf backend chosen because /dev/mtgdrdrv is gone.
-echo "MTGDRCOPY-SANITY-PAGE dmabuf-nomodule"
-mtgdrcopy_sanity || rc=1
-# A refused mmap is reported in one log line.
-n=$(MTGPU_EMU_DMABUF=no-mmap GDRCOPY_ENABLE_LOGGING=1 mtgdrcopy_sanity -t dmabuf_refused_mmap 2>&1 | grep -c 'mmap of the MUSA dma-buf was refused')
-echo "MTGDRCOPY-REFUSED-MMAP-LINES $n"
-[ "$n" = 1 ] || rc=1
-# Neither backend: no module, and a device whose driver exports no dma-buf.
-expect_exit 77 env MTGPU_EMU_DMABUF=off mtgdrcopy_copybw
-grep -q 'mtgdrdrv is not loaded' /tmp/tool.out || { echo "MTGDRCOPY-FAIL the hint does not say mtgdrdrv is not loaded"; rc=1; }
-mtgdrcopy_musainfo --emu-stats | sed 's/^/MTGDRCOPY-COUNTER /'
-rmmod mtgpu_emu || fail "rmmod mtgpu_emu (a dma-buf still holds it?)"
-# No GPU at all: the emulated libmusa finds no device.
-expect_exit 77 mtgdrcopy_copybw
-expect_exit 77 mtgdrcopy_sanity --format tap
-grep -q '^Bail out! ' /tmp/tool.out || { echo "MTGDRCOPY-FAIL no TAP bail-out"; rc=1; }
-step disabled
-# mtgpu as its vendor's DKMS post_install leaves it: loaded with disable_driver=1, symbols
-# exported, PCI driver not registered. Pins fail with ENODEV and never reach the provider
-# (a call WARNs in the emulator); the load and the refusals say what to do, rate-limited.
-insmod /lib/mtgdrcopy/mtgpu_emu.ko disable_driver=1 || fail "insmod mtgpu_emu disable_driver=1"
-insmod /lib/mtgdrcopy/mtgdrdrv.ko || fail "insmod mtgdrdrv over a disabled provider"
-for i in $(seq 50); do [ -c /dev/mtgdrdrv ] && break; sleep 0.1; done
-/opt/mtgdrcopy/vm_module --exact provider::disabled_provider_refuses_pins_without_calling_it --ignored --test-threads=1 || rc=1
-n=$(dmesg | grep -c "reload mtgpu without disable_driver=1")
-echo "MTGDRCOPY-DISABLED-LINES $n"
-[ "$n" -ge 2 ] && [ "$n" -le 11 ] || rc=1
-rmmod mtgdrdrv || fail "rmmod mtgdrdrv (disabled provider)"
-rmmod mtgpu_emu || fail "rmmod mtgpu_emu (disable_driver=1)"
-@FROM_SOURCE@
-step done
-exit $rc
-"#;
-
 /// A VM of `kernel` holding both modules (under /lib/mtgdrcopy) and the in-VM test binary
 /// (/opt/mtgdrcopy/vm_module), with no script yet.
 fn module_vm(sh: &Shell, kernel: &Kernel) -> Result<vm::VmSpec> {
@@ -440,6 +356,7 @@ fn module_vm(sh: &Shell, kernel: &Kernel) -> Result<vm::VmSpec> {
         (test_exe, "/opt/mtgdrcopy/vm_module".into()),
     ];
     spec.files.extend(tools);
+    spec.files.extend(doctor::files());
     spec.ivshmem_mb = 256;
     spec.memory_mb = 1024;
     // Guest time is ~4 min on an idle host and 13 min at load average 8 (10,000-cycle stress and
@@ -448,20 +365,12 @@ fn module_vm(sh: &Shell, kernel: &Kernel) -> Result<vm::VmSpec> {
     Ok(spec)
 }
 
-const LOAD_ONLY: &str = r#"
-insmod /lib/mtgdrcopy/mtgpu_emu.ko && insmod /lib/mtgdrcopy/mtgdrdrv.ko || exit 1
-for i in $(seq 50); do [ -c /dev/mtgdrdrv ] && [ -c /dev/mtgpu_emu ] && break; sleep 0.1; done
-# libgdrapi, and the emulated libmusa standing in for the MUSA driver's.
-export LD_LIBRARY_PATH=/usr/lib/mtgdrcopy:/usr/lib/mtgdrcopy/emu
-echo "modules loaded; tools in /usr/bin/mtgdrcopy_*; tests: /opt/mtgdrcopy/vm_module --test-threads=1"
-"#;
-
 /// The test VM with both modules loaded, the tools in /usr/bin and LD_LIBRARY_PATH set, then
 /// running `script` (a shell script); for subcommands that judge the console themselves
 /// (`cargo xtask bench`).
 pub fn tools_vm(sh: &Shell, kernel: &Kernel, script: &str) -> Result<vm::VmSpec> {
     let mut spec = module_vm(sh, kernel)?;
-    spec.script = format!("{LOAD_ONLY}\n{script}\n");
+    spec.script = format!("{}\n{script}\n", load_only());
     Ok(spec)
 }
 
@@ -494,9 +403,13 @@ pub fn run_module_tests(sh: &Shell, kernel: &Kernel) -> Result<()> {
         String::new()
     };
     spec.script = SCRIPT
+        .replace("@DOCTOR_FUNCTION@\n", doctor::FUNCTION)
+        .replace("@ENVIRONMENT@", ENVIRONMENT)
+        .replace("@DOCTOR_LOADED@\n", &doctor::loaded_states())
         .replace("@FUZZ_SEED@", &seed)
         .replace("@FUZZ_OPS@", &ops)
         .replace("@FROM_SOURCE@\n", &from_source);
+    let expected_exits = doctor::exit_checks(&spec.script);
     let log = paths::build_dir()
         .join("vm")
         .join(format!("module-tests-{}.log", kernel.release));
@@ -505,13 +418,17 @@ pub fn run_module_tests(sh: &Shell, kernel: &Kernel) -> Result<()> {
     timed("VM run", t);
     print_guest_steps(&outcome.console);
     judge(&outcome, &log)?;
-    check_tool_statuses(&outcome.console, &log)?;
+    check_tool_statuses(&outcome.console, expected_exits, &log)?;
+    let states = [doctor::LOADED_STATES.as_slice(), &doctor::OTHER_STATES].concat();
+    doctor::check(&outcome.console, &states, &log)?;
     if !from_source.is_empty() {
         from_source::check(&outcome.console, &log)?;
     }
     if let Some((spec, log)) = nopat {
         let t = Instant::now();
-        vm::run(&spec, &log)?.ensure_passed("the mapping tests with x86 PAT off", &log)?;
+        let outcome = vm::run(&spec, &log)?;
+        outcome.ensure_passed("the mapping tests with x86 PAT off", &log)?;
+        doctor::check(&outcome.console, &["nopat"], &log)?;
         timed("VM run with nopat", t);
     }
     Ok(())
@@ -524,41 +441,21 @@ fn nopat_vm(spec: &vm::VmSpec, kernel: &Kernel) -> (vm::VmSpec, PathBuf) {
     let mut spec = spec.clone();
     spec.extra_cmdline = "nopat".into();
     spec.script = format!(
-        "{LOAD_ONLY}\n\
+        "{}\n{}\
          dmesg | grep -q 'PAT support disabled' || {{ echo 'PAT is still on'; exit 1; }}\n\
-         /opt/mtgdrcopy/vm_module --test-threads=1 basics:: lifetimes::\n"
+         rc=0\n\
+         {}\n\
+         /opt/mtgdrcopy/vm_module --test-threads=1 basics:: lifetimes:: || rc=1\n\
+         exit $rc\n",
+        load_only(),
+        doctor::FUNCTION,
+        doctor::NOPAT_RUN
     );
     let log = paths::build_dir()
         .join("vm")
         .join(format!("module-tests-nopat-{}.log", kernel.release));
     (spec, log)
 }
-
-/// The `expect_exit` lines of [`SCRIPT`]: each tool ended with the status it should, and all
-/// of them ran.
-fn check_tool_statuses(console: &str, log: &Path) -> Result<()> {
-    let exits: Vec<&str> = marked(console, "MTGDRCOPY-EXIT ").collect();
-    for line in &exits {
-        eprintln!("      guest exit status: {line}");
-        let mut f = line.split_whitespace();
-        let (want, got) = (f.next().unwrap_or(""), f.next().unwrap_or(""));
-        ensure!(
-            want.strip_prefix("want=") == got.strip_prefix("got="),
-            "a tool's exit status: {line}; full log: {}",
-            log.display()
-        );
-    }
-    ensure!(
-        exits.len() == EXPECTED_EXITS,
-        "{} tool exit statuses checked in the VM, expected {EXPECTED_EXITS}; full log: {}",
-        exits.len(),
-        log.display()
-    );
-    Ok(())
-}
-
-/// How many `expect_exit` lines [`SCRIPT`] has.
-const EXPECTED_EXITS: usize = 7;
 
 /// The guest's step markers, as durations.
 pub fn print_guest_steps(console: &str) {
@@ -573,97 +470,6 @@ pub fn print_guest_steps(console: &str) {
     for pair in marks.windows(2) {
         eprintln!("      guest {}: {:.1} s", pair[0].0, pair[1].1 - pair[0].1);
     }
-}
-
-fn judge(outcome: &vm::VmOutcome, log: &Path) -> Result<()> {
-    let console = &outcome.console;
-    // The in-VM test summary, repeated for whoever reads this run's output.
-    for line in console.lines().filter(|l| {
-        [
-            "test result:",
-            "MTGDRCOPY-REFUSED-MMAP-LINES",
-            "MTGDRCOPY-DISABLED-LINES",
-            "FAILED",
-            "panicked",
-            "mtgdrdrv_fuzz",
-            "FINDING",
-            "phase exact",
-            "phase concurrent",
-            "phase api",
-        ]
-        .iter()
-        .any(|k| l.contains(k))
-    }) {
-        eprintln!("      guest: {}", line.trim());
-    }
-    outcome.ensure_passed("the in-VM tests", log)?;
-    check_sanity_summaries(console, log)?;
-    let counters: Vec<&str> = console
-        .lines()
-        .filter_map(|l| Some(l[l.find("MTGDRCOPY-COUNTER ")? + 18..].trim()))
-        .collect();
-    ensure!(
-        !counters.is_empty(),
-        "no counters were printed; full log: {}",
-        log.display()
-    );
-    for line in &counters {
-        let mut f = line.split_whitespace();
-        let (name, value) = (f.next().unwrap_or(""), f.next().unwrap_or(""));
-        let name = name.trim_end_matches(':');
-        let live = mtgdrdrv::procfs::LIVE_COUNTERS.contains(&name)
-            || matches!(
-                name,
-                "emu_pins_outstanding"
-                    | "emu_dmabufs_live"
-                    | "emu_dmabuf_mappings"
-                    | "emu_allocations"
-            );
-        ensure!(
-            !live || value == "0",
-            "leak after the tests: {line}; full log: {}",
-            log.display()
-        );
-    }
-    Ok(())
-}
-
-/// The sanity runs of [`SCRIPT`]: one per emulated page size on the module backend, then the
-/// dma-buf backend forced with the module loaded, and chosen because it is not.
-const SANITY_RUNS: [&str; 5] = [
-    "4096",
-    "65536",
-    "2097152",
-    "dmabuf-forced",
-    "dmabuf-nomodule",
-];
-
-/// The sanity suite ran once per entry of [`SANITY_RUNS`] and each run's closing line says it
-/// all passed (`N passed, 0 failed`, optionally `, N skipped`).
-fn check_sanity_summaries(console: &str, log: &Path) -> Result<()> {
-    let mut page = None;
-    let mut seen = Vec::new();
-    for line in console.lines().map(|l| l.trim_end_matches('\r')) {
-        if let Some(p) = line.strip_prefix("MTGDRCOPY-SANITY-PAGE ") {
-            page = Some(p.trim().to_string());
-        } else if let Some((passed, rest)) = line.split_once(" passed, ") {
-            let Some(page) = page.take() else { continue };
-            let failed = rest.split(" failed").next().unwrap_or("");
-            eprintln!("      guest sanity, {page}: {line}");
-            ensure!(
-                failed == "0" && passed.parse::<u32>().is_ok_and(|n| n > 0),
-                "mtgdrcopy_sanity ({page}): {line}; full log: {}",
-                log.display()
-            );
-            seen.push(page);
-        }
-    }
-    ensure!(
-        seen == SANITY_RUNS,
-        "mtgdrcopy_sanity summaries found for {seen:?}, expected {SANITY_RUNS:?}; full log: {}",
-        log.display()
-    );
-    Ok(())
 }
 
 /// The outcome of the last 6.1 run of `cargo xtask test` in this process, for the kernel

@@ -13,6 +13,12 @@
 //!   `<prefix>/lib/udev/rules.d` and the modprobe.d softdep (mtgdrdrv loads when mtgpu does)
 //!   into `<prefix>/lib/modprobe.d` (udev, and kmod from Debian 12 on, read both under /usr/local/lib
 //!   too). Without `--destdir` it needs a kernel that can load modules.
+//!
+//! Run it as yourself, not under sudo: where the destination is not writable (the default
+//! prefix, for a user), it builds and stages everything as the user in build/install-stage/,
+//! then copies that tree into place, and runs ldconfig and depmod, through `sudo`. Under sudo
+//! itself it would need cargo on root's PATH (and a rustup toolchain of root's), which a
+//! rustup install does not give, and it would leave root-owned files in target/.
 
 use fs_err as fs;
 use std::path::{Path, PathBuf};
@@ -37,7 +43,7 @@ pub enum Component {
     Driver,
 }
 
-#[derive(clap::Args)]
+#[derive(clap::Args, Clone)]
 pub struct Args {
     /// What to install; several may be given.
     #[arg(value_enum, default_value = "all")]
@@ -58,6 +64,97 @@ pub struct Args {
 pub fn cli(args: Args) -> Result<()> {
     let sh = Shell::new()?;
     sh.change_dir(paths::root());
+    if args.destdir.is_none() {
+        let targets = live_targets(&args);
+        if let Some(dir) = targets.iter().find(|d| !writable(&sh, d)) {
+            eprintln!(
+                "xtask: {} is not writable by you: building and staging as you, then \
+                 installing with sudo",
+                dir.display()
+            );
+            return install_with_sudo(&sh, args);
+        }
+    }
+    install(&sh, args)
+}
+
+/// The live directories an install writes to.
+fn live_targets(args: &Args) -> Vec<PathBuf> {
+    let all = args.what.contains(&Component::All);
+    let mut dirs = vec![args.prefix.clone()];
+    if all || args.what.contains(&Component::Lib) {
+        dirs.extend(args.libdir.clone());
+    }
+    if all || args.what.contains(&Component::Driver) {
+        dirs.push("/lib/modules".into());
+    }
+    dirs
+}
+
+/// Whether this user may create files in `dir`, or in its nearest existing ancestor.
+fn writable(sh: &Shell, dir: &Path) -> bool {
+    let existing = dir
+        .ancestors()
+        .find(|d| d.exists())
+        .unwrap_or(Path::new("/"));
+    cmd!(sh, "test -w {existing}").quiet().run().is_ok()
+}
+
+/// The install staged under build/install-stage as this user, then copied into / by sudo,
+/// with ldconfig and depmod after it as a live install runs them.
+fn install_with_sudo(sh: &Shell, args: Args) -> Result<()> {
+    let stage = paths::build_dir().join("install-stage");
+    files::fresh_dir(&stage)?;
+    let staged = Args {
+        destdir: Some(stage.clone()),
+        ..args.clone()
+    };
+    install(sh, staged)?;
+    copy_staged(sh, &stage, Path::new("/"), true)?;
+    let all = args.what.contains(&Component::All);
+    if all || args.what.contains(&Component::Lib) {
+        cmd!(sh, "sudo -- ldconfig")
+            .run()
+            .context("running ldconfig")?;
+    }
+    if all || args.what.contains(&Component::Driver) {
+        let release = args.kernel.release()?;
+        cmd!(sh, "sudo -- depmod -a {release}")
+            .run()
+            .context("running depmod (package kmod)")?;
+    }
+    Ok(())
+}
+
+/// Copies the staged tree `stage` into `root`, through sudo if `sudo`: links as links, each
+/// file's mode as staged; the directories it creates are 0755 whatever this user's umask, and
+/// existing ones keep theirs.
+fn copy_staged(sh: &Shell, stage: &Path, root: &Path, sudo: bool) -> Result<()> {
+    set_dir_modes(stage)?;
+    let from = stage.join(".");
+    let copy = cmd!(sh, "cp -RP --preserve=links {from} {root}");
+    let copy = if sudo {
+        cmd!(sh, "sudo -- cp -RP --preserve=links {from} {root}")
+    } else {
+        copy
+    };
+    copy.run()
+        .with_context(|| format!("copying {} into {}", stage.display(), root.display()))
+}
+
+fn set_dir_modes(dir: &Path) -> Result<()> {
+    files::set_mode(dir, 0o755)?;
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            set_dir_modes(&entry.path())?;
+        }
+    }
+    Ok(())
+}
+
+fn install(sh: &Shell, args: Args) -> Result<()> {
+    let sh = sh.clone();
     ensure!(
         args.prefix.is_absolute(),
         "--prefix must be absolute, not {}",
@@ -233,4 +330,46 @@ fn strip(sh: &Shell, options: &[&str], from: &Path, to: &Path, mode: u32) -> Res
     .run()
     .with_context(|| format!("stripping {} (binutils)", from.display()))?;
     files::set_mode(to, mode)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_staged_tree_is_copied_with_links_modes_and_0755_directories() {
+        let base = std::env::temp_dir().join(format!("xtask-copy-staged-{}", std::process::id()));
+        let (stage, root) = (base.join("stage"), base.join("root"));
+        let lib = stage.join("usr/local/lib");
+        fs::create_dir_all(&lib).unwrap();
+        fs::create_dir_all(root.join("usr/local")).unwrap();
+        files::set_mode(&root.join("usr/local"), 0o775).unwrap();
+        files::set_mode(&lib, 0o700).unwrap();
+        files::put_text(&lib.join("libgdrapi.so.1.0.0"), "elf", 0o644).unwrap();
+        files::put_symlink("libgdrapi.so.1.0.0", &lib.join("libgdrapi.so.1")).unwrap();
+        files::put_text(&stage.join("usr/local/bin/tool"), "elf", 0o755).unwrap();
+        let sh = Shell::new().unwrap();
+        copy_staged(&sh, &stage, &root, false).unwrap();
+        let mode = |p: &Path| fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777;
+        let installed = root.join("usr/local/lib");
+        assert_eq!(
+            fs::read_link(installed.join("libgdrapi.so.1")).unwrap(),
+            Path::new("libgdrapi.so.1.0.0")
+        );
+        assert_eq!(mode(&installed.join("libgdrapi.so.1.0.0")), 0o644);
+        assert_eq!(mode(&root.join("usr/local/bin/tool")), 0o755);
+        assert_eq!(mode(&installed), 0o755);
+        // An existing directory keeps its mode.
+        assert_eq!(mode(&root.join("usr/local")), 0o775);
+        fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_directory_is_writable_through_its_nearest_existing_ancestor() {
+        let sh = Shell::new().unwrap();
+        let tmp = std::env::temp_dir();
+        assert!(writable(&sh, &tmp.join("no/such/dir")));
+        assert!(!writable(&sh, Path::new("/proc/1/no/such/dir")));
+    }
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
-use xshell::{cmd, Shell};
+use xshell::Shell;
 
 use super::guest_script::guest_script;
 use super::installed::{LOAD_SCRIPT, SOFTDEP};
@@ -22,11 +22,9 @@ use crate::{vm, vmtest};
 pub(super) fn emulated_provider(sh: &Shell, kernel: &Kernel) -> Result<(PathBuf, PathBuf)> {
     let t = Instant::now();
     let (_, emu) = vmtest::build_modules(sh, kernel)?;
-    cmd!(sh, "cargo build --quiet --release -p mtgpu-emu-musa --lib")
-        .run()
-        .context("building the emulated libmusa")?;
+    let libmusa = xtask_base::build::emulated_musa(sh)?;
     timed("emulated provider and libmusa built", t);
-    Ok((emu, paths::release_dir().join("libmusa.so")))
+    Ok((emu, libmusa))
 }
 
 pub(super) fn run_vm(sh: &Shell, kernel: &Kernel, host: &Root, container: &Root) -> Result<()> {

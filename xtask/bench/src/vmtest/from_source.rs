@@ -166,7 +166,7 @@ chmod -R a+rX /src
 mkdir -p /usr/local/musa/lib && cp /usr/lib/mtgdrcopy/emu/libmusa.so.1 /usr/local/musa/lib/
 MTGDRDRV_PROVIDER=mtgpu_emu sh /opt/mtgdrcopy/readme-root.sh 2>&1 | sed 's/^/MTGDRCOPY-FROM-SOURCE-ROOT /'
 /opt/mtgdrcopy/setpriv --reuid={USER_ID} --regid={USER_ID} --groups={RENDER_GID} \
-    env -i PATH=/usr/bin:/bin:/usr/sbin:/sbin HOME=/tmp sh /opt/mtgdrcopy/readme-user.sh >/tmp/user.out 2>&1
+    env -i PATH=/usr/bin:/bin:/usr/sbin:/sbin HOME=/tmp MTGDRCOPY_ALLOW_EMULATED_MUSA=1 sh /opt/mtgdrcopy/readme-user.sh >/tmp/user.out 2>&1
 echo "MTGDRCOPY-FROM-SOURCE-EXIT $?"
 sed 's/^/MTGDRCOPY-FROM-SOURCE /' /tmp/user.out
 sed 's/^/MTGDRCOPY-COUNTER /' /proc/driver/mtgdrdrv/counters

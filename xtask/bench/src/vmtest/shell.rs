@@ -5,7 +5,7 @@
 use anyhow::{bail, ensure, Result};
 use xshell::Shell;
 
-use super::{module_vm, LOAD_ONLY};
+use super::{load_only, module_vm};
 use xtask_base::paths;
 
 use crate::kernel::{self, Kernel};
@@ -52,7 +52,7 @@ pub fn cli(args: Args) -> Result<()> {
 /// `cargo xtask vm`: the test VM with both modules loaded, then a shell.
 pub fn interactive(sh: &Shell, kernel: &Kernel, extra_cmdline: String) -> Result<vm::VmSpec> {
     let mut spec = module_vm(sh, kernel)?;
-    spec.script = LOAD_ONLY.into();
+    spec.script = load_only();
     spec.interactive = true;
     spec.extra_cmdline = extra_cmdline;
     Ok(spec)
@@ -62,7 +62,7 @@ pub fn interactive(sh: &Shell, kernel: &Kernel, extra_cmdline: String) -> Result
 /// (a shell command line), printing the console; fails unless it exits 0 with a clean kernel log.
 pub fn run_command(sh: &Shell, kernel: &Kernel, cmd: &str, extra_cmdline: String) -> Result<()> {
     let mut spec = module_vm(sh, kernel)?;
-    spec.script = format!("{LOAD_ONLY}\n{cmd}\n");
+    spec.script = format!("{}\n{cmd}\n", load_only());
     spec.extra_cmdline = extra_cmdline;
     let log = paths::build_dir().join("vm").join("run.log");
     let outcome = vm::run(&spec, &log)?;

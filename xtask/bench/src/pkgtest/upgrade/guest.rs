@@ -28,6 +28,8 @@ const GUEST_SCRIPT: &str = r#"
 step() { echo "MTGDRCOPY-STEP $1 $(cut -d' ' -f1 /proc/uptime)"; }
 fail() { echo "MTGDRCOPY-FAIL $*"; exit 1; }
 export LD_LIBRARY_PATH=/usr/lib/mtgdrcopy/emu
+# The emulated libmusa is used only because the test suite allows it.
+export MTGDRCOPY_ALLOW_EMULATED_MUSA=1
 KO=lib/modules/$(uname -r)/updates/dkms/mtgdrdrv.ko
 
 step provider

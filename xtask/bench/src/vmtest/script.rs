@@ -1,0 +1,118 @@
+//! The guest scripts of the module tests' VM: the full run ([`SCRIPT`], its placeholders filled
+//! in by `run_module_tests`) and the one that only loads the modules ([`LOAD_ONLY`]).
+
+pub(super) const SCRIPT: &str = r#"
+step() { echo "MTGDRCOPY-STEP $1 $(cut -d' ' -f1 /proc/uptime)"; }
+fail() { echo "MTGDRCOPY-FAIL $*"; exit 1; }
+@DOCTOR_FUNCTION@
+step load
+insmod /lib/mtgdrcopy/mtgpu_emu.ko || fail "insmod mtgpu_emu"
+insmod /lib/mtgdrcopy/mtgdrdrv.ko || fail "insmod mtgdrdrv"
+for i in $(seq 50); do [ -c /dev/mtgdrdrv ] && [ -c /dev/mtgpu_emu ] && break; sleep 0.1; done
+[ -c /dev/mtgdrdrv ] || fail "/dev/mtgdrdrv did not appear"
+[ -c /dev/mtgpu_emu ] || fail "/dev/mtgpu_emu did not appear"
+cat /proc/driver/mtgdrdrv/params
+step tests
+/opt/mtgdrcopy/vm_module --test-threads=1
+rc=$?
+step sanity
+@ENVIRONMENT@
+for page in 4096 65536 2097152; do
+    echo "MTGDRCOPY-SANITY-PAGE $page"
+    MTGPU_EMU_PAGE_SIZE=$page mtgdrcopy_sanity -e || rc=1
+done
+step tool-status
+# Exit statuses and --json with the environment present (without it: mtgdrcopy-tests/tests/tools.rs).
+expect_exit() {
+    want=$1
+    shift
+    "$@" >/tmp/tool.out 2>&1
+    got=$?
+    echo "MTGDRCOPY-EXIT want=$want got=$got $*"
+    [ "$got" = "$want" ] || { sed 's/^/    /' /tmp/tool.out; rc=1; }
+}
+expect_exit 0 mtgdrcopy_copybw -s 64K -w 10 -r 10 --json /tmp/bw.json
+grep -q '"tool": "copybw"' /tmp/bw.json || { echo "MTGDRCOPY-FAIL no copybw report in --json"; rc=1; }
+echo previous >/tmp/old.json
+expect_exit 1 mtgdrcopy_copybw -s 64K -w 10 -r 10 -M cache --json /tmp/old.json
+[ "$(cat /tmp/old.json)" = previous ] || { echo "MTGDRCOPY-FAIL a failed run replaced its --json file"; rc=1; }
+ls -a /tmp | grep -q '[.]tmp$' && { echo "MTGDRCOPY-FAIL a --json temporary file was left"; rc=1; }
+expect_exit 2 mtgdrcopy_copybw -o 6
+expect_exit 0 mtgdrcopy_sanity -t basic_mumemalloc -t fault_get_pages_enomem --format tap
+n=$(grep -c '^ok [12] - ' /tmp/tool.out)
+echo "MTGDRCOPY-TAP-OK $n"
+[ "$n" = 2 ] && grep -q '^1[.][.]2$' /tmp/tool.out || { cat /tmp/tool.out; rc=1; }
+mtgdrcopy_copybw --version | grep -q '^driver: *mtgdrdrv ' || { echo "MTGDRCOPY-FAIL --version names no mtgdrdrv"; rc=1; }
+# The emulated libmusa is refused unless the test suite allows it, and named when it is in use.
+expect_exit 77 env -u MTGDRCOPY_ALLOW_EMULATED_MUSA mtgdrcopy_musainfo
+grep -q "libmusa.so.1 is the mtgdrcopy test suite's emulated libmusa" /tmp/tool.out || { echo "MTGDRCOPY-FAIL the emulated libmusa was not refused by name"; rc=1; }
+mtgdrcopy_copybw --version | grep -qF 'MUSA driver: 30000 (emulated, /usr/lib/mtgdrcopy/emu/libmusa.so.1)' || { echo "MTGDRCOPY-FAIL --version does not say emulated"; rc=1; }
+step doctor
+@DOCTOR_LOADED@
+step sanity-dmabuf
+# The dma-buf backend, forced while the module is loaded.
+echo "MTGDRCOPY-SANITY-PAGE dmabuf-forced"
+GDRCOPY_USE_DMABUF_MMAP=1 mtgdrcopy_sanity || rc=1
+step fuzz
+mtgdrdrv_fuzz --seed @FUZZ_SEED@ --ops @FUZZ_OPS@ --api-ops 20000 || rc=1
+step counters
+sed 's/^/MTGDRCOPY-COUNTER /' /proc/driver/mtgdrdrv/counters
+step unload
+rmmod mtgdrdrv || fail "rmmod mtgdrdrv"
+doctor no-module 1
+step sanity-nomodule
+# The dma-buf backend chosen because /dev/mtgdrdrv is gone.
+echo "MTGDRCOPY-SANITY-PAGE dmabuf-nomodule"
+mtgdrcopy_sanity || rc=1
+# A refused mmap is reported in one log line.
+n=$(MTGPU_EMU_DMABUF=no-mmap GDRCOPY_ENABLE_LOGGING=1 mtgdrcopy_sanity -t dmabuf_refused_mmap 2>&1 | grep -c 'mmap of the MUSA dma-buf was refused')
+echo "MTGDRCOPY-REFUSED-MMAP-LINES $n"
+[ "$n" = 1 ] || rc=1
+# Neither backend: no module, and a device whose driver exports no dma-buf.
+expect_exit 77 env MTGPU_EMU_DMABUF=off mtgdrcopy_copybw
+grep -q 'mtgdrdrv is not loaded' /tmp/tool.out || { echo "MTGDRCOPY-FAIL the hint does not say mtgdrdrv is not loaded"; rc=1; }
+mtgdrcopy_musainfo --emu-stats | sed 's/^/MTGDRCOPY-COUNTER /'
+rmmod mtgpu_emu || fail "rmmod mtgpu_emu (a dma-buf still holds it?)"
+doctor nothing 77 env LD_LIBRARY_PATH=/usr/lib/mtgdrcopy
+# No GPU at all: the emulated libmusa finds no device.
+expect_exit 77 mtgdrcopy_copybw
+expect_exit 77 mtgdrcopy_sanity --format tap
+grep -q '^Bail out! ' /tmp/tool.out || { echo "MTGDRCOPY-FAIL no TAP bail-out"; rc=1; }
+step disabled
+# mtgpu as its vendor's DKMS post_install leaves it: loaded with disable_driver=1, symbols
+# exported, PCI driver not registered. Pins fail with ENODEV and never reach the provider
+# (a call WARNs in the emulator); the load and the refusals say what to do, rate-limited.
+insmod /lib/mtgdrcopy/mtgpu_emu.ko disable_driver=1 || fail "insmod mtgpu_emu disable_driver=1"
+insmod /lib/mtgdrcopy/mtgdrdrv.ko || fail "insmod mtgdrdrv over a disabled provider"
+for i in $(seq 50); do [ -c /dev/mtgdrdrv ] && break; sleep 0.1; done
+/opt/mtgdrcopy/vm_module --exact provider::disabled_provider_refuses_pins_without_calling_it --ignored --test-threads=1 || rc=1
+n=$(dmesg | grep -c "reload mtgpu without disable_driver=1")
+echo "MTGDRCOPY-DISABLED-LINES $n"
+[ "$n" -ge 2 ] && [ "$n" -le 11 ] || rc=1
+doctor disabled 1
+rmmod mtgdrdrv || fail "rmmod mtgdrdrv (disabled provider)"
+rmmod mtgpu_emu || fail "rmmod mtgpu_emu (disable_driver=1)"
+@FROM_SOURCE@
+step done
+exit $rc
+"#;
+
+/// What the guest's tools run with: libgdrapi, and the emulated libmusa standing in for the MUSA
+/// driver's, which the tools use only because the test suite allows it; the emulated provider
+/// named for the doctor (as for mtgdrdrv-load and insmod.sh).
+pub(super) const ENVIRONMENT: &str =
+    "export LD_LIBRARY_PATH=/usr/lib/mtgdrcopy:/usr/lib/mtgdrcopy/emu
+export MTGDRCOPY_ALLOW_EMULATED_MUSA=1
+export MTGDRDRV_PROVIDER=mtgpu_emu";
+
+/// [`LOAD_ONLY`] with its environment.
+pub(crate) fn load_only() -> String {
+    LOAD_ONLY.replace("@ENVIRONMENT@", ENVIRONMENT)
+}
+
+pub(super) const LOAD_ONLY: &str = r#"
+insmod /lib/mtgdrcopy/mtgpu_emu.ko && insmod /lib/mtgdrcopy/mtgdrdrv.ko || exit 1
+for i in $(seq 50); do [ -c /dev/mtgdrdrv ] && [ -c /dev/mtgpu_emu ] && break; sleep 0.1; done
+@ENVIRONMENT@
+echo "modules loaded; tools in /usr/bin/mtgdrcopy_*; tests: /opt/mtgdrcopy/vm_module --test-threads=1"
+"#;
