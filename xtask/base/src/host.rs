@@ -41,9 +41,11 @@ pub fn ensure_host_packages(pkgs: &[&str]) -> Result<()> {
     apt(&sh, &args)
 }
 
-/// Runs apt-get non-interactively, showing its output only when it fails.
+/// Runs apt-get non-interactively, showing its output only when it fails. It waits for dpkg's
+/// lock rather than failing at once: an apt run of the host's own (unattended-upgrades, an admin,
+/// another tool) must not fail a test step; the xtask lock above only orders xtask processes.
 pub fn apt(sh: &Shell, args: &[&str]) -> Result<()> {
-    let out = cmd!(sh, "apt-get {args...}")
+    let out = cmd!(sh, "apt-get -o DPkg::Lock::Timeout=600 {args...}")
         .env("DEBIAN_FRONTEND", "noninteractive")
         .quiet()
         .ignore_status()
@@ -51,7 +53,7 @@ pub fn apt(sh: &Shell, args: &[&str]) -> Result<()> {
         .context("running apt-get")?;
     ensure!(
         out.status.success(),
-        "`apt-get {}` failed ({}); installing packages needs root\n{}{}",
+        "`apt-get {}` failed ({}); installing packages needs root and dpkg's lock\n{}{}",
         args.join(" "),
         out.status,
         String::from_utf8_lossy(&out.stdout),
