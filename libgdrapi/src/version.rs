@@ -36,15 +36,15 @@ const _: () = assert!(
 
 // The driver's side of it: a driver 0.x accepts every library 1.x (its minimum stays 1.0).
 const _: () = assert!(
-    mtgdrdrv::MTGDRDRV_MAJOR_VERSION != 0 || mtgdrdrv::MINIMUM_GDR_API_VERSION == mtgdrdrv::pack(1, 0),
+    mtgdrdrv::MTGDRDRV_MAJOR_VERSION != 0
+        || mtgdrdrv::MINIMUM_GDR_API_VERSION == mtgdrdrv::pack(1, 0),
     "a driver 0.x must accept every libgdrapi 1.x: keep MINIMUM_GDR_API_* at 1.0"
 );
 
 /// Whether a library of major `library_major` requiring driver `minimum` keeps the 1.x line's
 /// promise (other majors promise nothing yet).
 const fn keeps_the_promise(library_major: u32, minimum: u32) -> bool {
-    library_major != 1
-        || (mtgdrdrv::major(minimum) == 0 && mtgdrdrv::minor(minimum) <= 1)
+    library_major != 1 || (mtgdrdrv::major(minimum) == 0 && mtgdrdrv::minor(minimum) <= 1)
 }
 
 /// The package version, which names the shared library file (`libgdrapi.so.<VERSION>`).
@@ -64,7 +64,10 @@ mod tests {
     /// the minimum.
     #[test]
     fn library_1_x_accepts_every_driver_0_x_from_0_1() {
-        assert!(keeps_the_promise(GDR_API_MAJOR_VERSION, MINIMUM_GDRDRV_VERSION));
+        assert!(keeps_the_promise(
+            GDR_API_MAJOR_VERSION,
+            MINIMUM_GDRDRV_VERSION
+        ));
         for minor in [1, 2, 7, 0xffff] {
             let driver = mtgdrdrv::pack(0, minor);
             assert!(
