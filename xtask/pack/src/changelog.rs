@@ -12,6 +12,9 @@ use xtask_base::debian::Entry;
 
 use crate::versions::upstream_version;
 
+/// Changelogs by file name (`debian/<package>.changelog`), each with every entry.
+pub type Changelogs = Vec<(String, Vec<Entry>)>;
+
 /// One `## [version] - date` section of CHANGELOG.md.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Release {
@@ -109,12 +112,7 @@ fn released(entries: &[Entry]) -> impl Iterator<Item = &Entry> {
 
 /// Every disagreement of CHANGELOG.md (`md`) with debian/changelog (`source`), the library
 /// line's package changelogs (`library`: file name and entries) and mtgdrdrv-dkms's (`driver`).
-pub fn findings(
-    md: &str,
-    source: &[Entry],
-    library: &[(String, Vec<Entry>)],
-    driver: &[Entry],
-) -> Vec<String> {
+pub fn findings(md: &str, source: &[Entry], library: &Changelogs, driver: &[Entry]) -> Vec<String> {
     let (unreleased, releases) = match parse(md) {
         Ok(parsed) => parsed,
         Err(finding) => return vec![finding],
@@ -194,7 +192,7 @@ mod tests {
                       ## [1.0.0] - 2026-11-30\n\nWith mtgdrdrv 0.1.0.\n\n\
                       [Unreleased]: u\n[1.1.0]: a\n[1.0.0]: b\n";
 
-    fn agreeing() -> (Vec<Entry>, Vec<(String, Vec<Entry>)>, Vec<Entry>) {
+    fn agreeing() -> (Vec<Entry>, Changelogs, Vec<Entry>) {
         let source = vec![
             entry("1.2.0-1", "UNRELEASED", DEC1),
             entry("1.1.0-1", "unstable", DEC1),

@@ -45,7 +45,7 @@ pub struct Tree {
     /// changelogs (file, entries) and of mtgdrdrv-dkms's.
     pub changelog_md: String,
     pub source_entries: Vec<Entry>,
-    pub library_entries: Vec<(String, Vec<Entry>)>,
+    pub library_entries: crate::changelog::Changelogs,
     pub driver_entries: Vec<Entry>,
     /// README.md and docs/releasing.md, which both state the compatibility promise.
     pub readme: String,
