@@ -138,6 +138,56 @@ fn header_compiles_as_c_and_cxx_and_its_programs_run() {
     }
 }
 
+/// The README's C example (the first ```c block under "## Using the library"), compiled with the
+/// header test's warnings as errors, linked against the library with a `main` of this test's,
+/// and run: with no GPU memory behind the address every step's failure must be handled, and
+/// the function must report it (-1) rather than crash. So the README's example can never drift
+/// from gdrapi.h.
+#[test]
+fn the_readmes_c_example_compiles_links_and_handles_failure() {
+    let readme = source("../README.md");
+    let section = readme
+        .split_once("\n## Using the library\n")
+        .expect("README.md has \"## Using the library\"")
+        .1;
+    let example = section
+        .split_once("\n```c\n")
+        .and_then(|(_, rest)| rest.split_once("\n```\n"))
+        .expect("a ```c block under \"## Using the library\"")
+        .0;
+    let lines = example.lines().count();
+    assert!(
+        (10..=40).contains(&lines),
+        "the README's C example is meant to be short: {lines} lines"
+    );
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("readme-example");
+    let lib = staged_library(&out);
+    let program = out.join("readme_example.c");
+    // The address is 64 KiB aligned, as muMemAlloc's are, and no GPU memory: whatever this host
+    // has (no module, or a module and no such allocation), some step fails.
+    let main = "\n#include <stdio.h>\n\
+                int main(void)\n{\n    static const char data[64] = \"mtgdrcopy\";\n    \
+                int ret = write_to_gpu(UINT64_C(0x7f0000000000), data, sizeof(data));\n    \
+                printf(\"write_to_gpu: %d\\n\", ret);\n    return ret == -1 ? 0 : 1;\n}\n";
+    std::fs::write(&program, format!("{example}\n{main}")).expect("writing the example");
+    let exe = out.join("readme_example");
+    run(Command::new("cc")
+        .arg("-std=c11")
+        .args(HEADER_FLAGS)
+        .arg(format!(
+            "-I{}",
+            Path::new(MANIFEST_DIR).join("include").display()
+        ))
+        .arg(&program)
+        .arg(format!("-L{}", lib.display()))
+        .arg("-lgdrapi")
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-o")
+        .arg(&exe));
+    let stdout = run(Command::new(&exe).env_remove("GDRCOPY_ENABLE_LOGGING"));
+    assert_eq!(stdout, "write_to_gpu: -1\n");
+}
+
 /// Runs a header test program (given the logging variables to set) and checks what gdr_open's
 /// failure logs where the module is absent (`device` false): nothing by default, one line
 /// saying how to load the module with logging on, nothing when the level filters errors out.

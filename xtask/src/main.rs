@@ -128,11 +128,12 @@ mod tests {
     }
 
     #[test]
-    fn every_make_target_of_the_readme_table_is_an_xtask_command() {
-        let readme = std::fs::read_to_string(xtask_base::paths::root().join("README.md")).unwrap();
-        let table = readme
+    fn every_make_target_of_the_development_docs_table_is_an_xtask_command() {
+        let doc = xtask_base::paths::root().join("docs/development.md");
+        let doc = std::fs::read_to_string(doc).unwrap();
+        let table = doc
             .split_once("### The old Makefile's targets\n")
-            .expect("the README's make-target table")
+            .expect("docs/development.md's make-target table")
             .1
             .split("\n\n")
             .map(str::trim)
@@ -182,7 +183,7 @@ mod tests {
         ] {
             assert!(
                 targets.iter().any(|t| t.split(' ').next() == Some(target)),
-                "make {target} is not in the README's table: {targets:?}"
+                "make {target} is not in docs/development.md's table: {targets:?}"
             );
         }
     }

@@ -65,6 +65,42 @@ impl Entry {
 }
 
 impl Entry {
+    /// Every entry of a changelog, newest first (`dpkg-parsechangelog --all`, one paragraph
+    /// each). Their `changes` keep the text with its indentation dropped.
+    pub fn read_all(path: &Path) -> Result<Vec<Entry>> {
+        let out = std::process::Command::new("dpkg-parsechangelog")
+            .args(["--format", "rfc822", "--all", "-l"])
+            .arg(path)
+            .output()
+            .context("running dpkg-parsechangelog (package dpkg-dev)")?;
+        ensure!(
+            out.status.success(),
+            "dpkg-parsechangelog --all -l {}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let entries: Vec<Entry> = parse(&String::from_utf8_lossy(&out.stdout))?
+            .into_iter()
+            .map(|p| {
+                let field = |name: &str| p.get(name).unwrap_or_default().to_owned();
+                Entry {
+                    source: field("Source"),
+                    version: field("Version"),
+                    distribution: field("Distribution"),
+                    maintainer: field("Maintainer"),
+                    timestamp: field("Timestamp"),
+                    changes: field("Changes"),
+                }
+            })
+            .collect();
+        ensure!(
+            !entries.is_empty(),
+            "{}: no changelog entry",
+            path.display()
+        );
+        Ok(entries)
+    }
+
     /// The Debian revision of the version (`1` of `1.0.0-1`).
     pub fn revision(&self) -> Result<&str> {
         let (_, revision) = self
@@ -129,6 +165,24 @@ mod tests {
         assert_eq!(
             entry.changes,
             "mtgdrcopy (1.1.0-1) UNRELEASED; urgency=medium\n\n  * New.\n\n  * More."
+        );
+        let all = Entry::read_all(&path)?;
+        let versions: Vec<(&str, &str, &str)> = all
+            .iter()
+            .map(|e| {
+                (
+                    e.version.as_str(),
+                    e.distribution.as_str(),
+                    e.timestamp.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            versions,
+            [
+                ("1.1.0-1", "UNRELEASED", "1796034600"),
+                ("1.0.0-1", "unstable", "1796034600")
+            ]
         );
         fs::remove_file(&path)?;
         Ok(())

@@ -4,11 +4,11 @@
 //!
 //! The orig tarball is the release's source as a distribution builds it: the product crates
 //! (mtgdrdrv with the module's sources, libgdrapi, mtgdrcopy-tests, mtgdrcopy-meta), dkms/,
-//! docs/, README.md, insmod.sh, a workspace manifest listing only those crates, its lock file
-//! pruned to them (no version changes: checked) and their dependencies vendored in `vendor/`,
-//! so that the build needs no network. What only the developers' tests use (xtask, the
-//! emulated provider and libmusa, the fuzzers, CI files) stays out: it needs a newer Rust than
-//! Debian's and crates no package links. Files are taken from the working tree, but only
+//! docs/, README.md, LICENSE, CHANGELOG.md, insmod.sh, a workspace manifest listing only those
+//! crates, its lock file pruned to them (no version changes: checked) and their dependencies
+//! vendored in `vendor/`, so that the build needs no network. What only the developers' tests
+//! use (xtask, the emulated provider and libmusa, the fuzzers, CI files) stays out: it needs a
+//! newer Rust than Debian's and crates no package links. Files are taken from the working tree, but only
 //! those git tracks; timestamps are the newest changelog entry's, owners root: the same tree
 //! gives the same bytes.
 //!

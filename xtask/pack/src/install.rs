@@ -1,6 +1,6 @@
 //! `cargo xtask install [all|lib|exes|drv]... [--prefix DIR] [--destdir DIR]`: the from-source
 //! install upstream's `make lib_install exes_install drv_install` did. Packages are the better
-//! way on Debian and Ubuntu (README, "Host install with DKMS"); this is for other systems and
+//! way on Debian and Ubuntu (README, "On a host (DKMS)"); this is for other systems and
 //! for staging (`--destdir`).
 //!
 //! - `lib`: `<libdir>/libgdrapi.so.<version>` with the links `.so.<major>` and `.so`,

@@ -2,6 +2,7 @@
 //! generated identity and licences, versions and install from source. It depends on
 //! xtask-base only; the packages' tests are the test bench's (xtask-bench's pkgtest).
 
+pub mod changelog;
 pub mod deb;
 pub mod debhelper;
 pub mod dsc;

@@ -13,7 +13,10 @@
 //! - the root Cargo.toml's `[workspace.dependencies]` pin the path crates' exact versions;
 //! - each package's `debian/<package>.changelog` starts with an entry for the package's Debian
 //!   version (`deb-*` refuses otherwise, through [`changelog_entry`]), and debian/changelog
-//!   with the release's.
+//!   with the release's;
+//! - CHANGELOG.md has the Debian changelogs' releases (crate::changelog);
+//! - README.md and docs/releasing.md state the compatibility promise in the same words, once
+//!   each (libgdrapi/src/version.rs enforces it).
 
 use fs_err as fs;
 
@@ -38,6 +41,15 @@ pub struct Tree {
     pub dkms_template: String,
     /// The root Cargo.toml, whose `[workspace.dependencies]` pin the two path crates' versions.
     pub workspace_manifest: String,
+    /// CHANGELOG.md, and every entry of debian/changelog, of the library line's package
+    /// changelogs (file, entries) and of mtgdrdrv-dkms's.
+    pub changelog_md: String,
+    pub source_entries: Vec<Entry>,
+    pub library_entries: crate::changelog::Changelogs,
+    pub driver_entries: Vec<Entry>,
+    /// README.md and docs/releasing.md, which both state the compatibility promise.
+    pub readme: String,
+    pub releasing: String,
 }
 
 impl Tree {
@@ -50,9 +62,18 @@ impl Tree {
         let source = Entry::read(&root.join("debian/changelog"))?;
         let revision = source.revision()?;
         let mut packages = Vec::new();
+        let mut library_entries = Vec::new();
+        let mut driver_entries = Vec::new();
         for package in Package::SPLIT.into_iter().chain([Package::Bundle]) {
             let version = package_version(ws, package, revision)?;
             packages.push((package, version, Entry::read(&package.changelog())?));
+            let all = Entry::read_all(&package.changelog())?;
+            if package == Package::Kmod {
+                driver_entries = all;
+            } else {
+                let file = format!("debian/{}.changelog", package.stage_name());
+                library_entries.push((file, all));
+            }
         }
         Ok(Tree {
             crates,
@@ -60,6 +81,12 @@ impl Tree {
             source,
             dkms_template: fs::read_to_string(root.join("dkms/dkms.conf.in"))?,
             workspace_manifest: fs::read_to_string(root.join("Cargo.toml"))?,
+            changelog_md: fs::read_to_string(root.join("CHANGELOG.md"))?,
+            source_entries: Entry::read_all(&root.join("debian/changelog"))?,
+            library_entries,
+            driver_entries,
+            readme: fs::read_to_string(root.join("README.md"))?,
+            releasing: fs::read_to_string(root.join("docs/releasing.md"))?,
         })
     }
 
@@ -174,6 +201,61 @@ pub fn disagreements(tree: &Tree) -> Vec<String> {
         ));
     }
 
+    findings.extend(crate::changelog::findings(
+        &tree.changelog_md,
+        &tree.source_entries,
+        &tree.library_entries,
+        &tree.driver_entries,
+    ));
+    findings.extend(promise_findings(&tree.readme, &tree.releasing));
+    findings
+}
+
+/// How the paragraph stating the compatibility promise begins, in README.md and
+/// docs/releasing.md alike.
+pub const PROMISE: &str = "**Compatibility promise.**";
+
+/// The promise's paragraph in `text`, its lines joined with spaces; an error unless there is
+/// exactly one.
+fn promise_paragraph(file: &str, text: &str) -> Result<String, String> {
+    let paragraphs: Vec<String> = text
+        .split("\n\n")
+        .filter(|p| p.trim_start().starts_with(PROMISE))
+        .map(|p| p.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    match paragraphs.as_slice() {
+        [one] => Ok(one.clone()),
+        _ => Err(format!(
+            "{file} must state the compatibility promise once, in a paragraph beginning \
+             {PROMISE:?}; found {}",
+            paragraphs.len()
+        )),
+    }
+}
+
+/// The promise: once in each file, in the same words, and the one libgdrapi/src/version.rs
+/// enforces (every driver 0.x from 0.1.0 on).
+pub fn promise_findings(readme: &str, releasing: &str) -> Vec<String> {
+    let (readme, releasing) = match (
+        promise_paragraph("README.md", readme),
+        promise_paragraph("docs/releasing.md", releasing),
+    ) {
+        (Ok(a), Ok(b)) => (a, b),
+        (a, b) => return [a.err(), b.err()].into_iter().flatten().collect(),
+    };
+    let mut findings = Vec::new();
+    if readme != releasing {
+        findings.push(format!(
+            "README.md and docs/releasing.md state the compatibility promise differently:\n    \
+             {readme}\n    {releasing}"
+        ));
+    }
+    if !readme.contains("every driver 0.x from 0.1.0 on") {
+        findings.push(format!(
+            "the compatibility promise no longer says \"every driver 0.x from 0.1.0 on\", which \
+             libgdrapi/src/version.rs enforces: {readme}"
+        ));
+    }
     findings
 }
 
@@ -206,6 +288,8 @@ mod tests {
             version: version.into(),
             distribution: "unstable".into(),
             maintainer: "Dev <dev@example.org>".into(),
+            // 1970-01-01, CHANGELOG.md's date in `agreeing`.
+            timestamp: "0".into(),
             ..Entry::default()
         }
     }
@@ -239,6 +323,19 @@ mod tests {
                                  mtgdrdrv = { path = \"mtgdrdrv\", version = \"0.3.1\" }\n\
                                  libgdrapi = { path = \"libgdrapi\", version = \"1.2.0\" }\n"
                 .into(),
+            changelog_md: "## [1.2.0] - 1970-01-01\n\nWith mtgdrdrv 0.3.1.\n\n[1.2.0]: u\n".into(),
+            source_entries: vec![changelog("mtgdrcopy", "1.2.0-1")],
+            library_entries: vec![(
+                "debian/libgdrapi.changelog".into(),
+                vec![changelog(SOURCE, "1.2.0-1")],
+            )],
+            driver_entries: vec![changelog(SOURCE, "0.3.1-1")],
+            readme: format!(
+                "# R\n\n{PROMISE} Library 1.x works with\nevery driver 0.x from 0.1.0 on.\n"
+            ),
+            releasing: format!(
+                "x\n\n{PROMISE} Library 1.x works\nwith every driver 0.x from 0.1.0 on.\n\ny"
+            ),
         }
     }
 
@@ -302,6 +399,29 @@ mod tests {
         disagrees(
             |t| t.packages[0].2 = changelog("mtgdrdrv-dkms", "0.3.1-1"),
             "debian/mtgdrdrv-dkms.changelog",
+        );
+        disagrees(
+            |t| t.changelog_md = t.changelog_md.replace("1.2.0]", "1.1.0]"),
+            "CHANGELOG.md's releases",
+        );
+        disagrees(
+            |t| t.releasing = t.releasing.replace("works\nwith", "works only with"),
+            "state the compatibility promise differently",
+        );
+        disagrees(
+            |t| t.readme = t.readme.replace(PROMISE, "Promise:"),
+            "README.md must state the compatibility promise once",
+        );
+        disagrees(
+            |t| t.readme.push_str(&format!("\n{PROMISE} again\n")),
+            "README.md must state the compatibility promise once",
+        );
+        disagrees(
+            |t| {
+                t.readme = t.readme.replace("0.1.0 on", "0.2.0 on");
+                t.releasing = t.releasing.replace("0.1.0 on", "0.2.0 on");
+            },
+            "no longer says",
         );
     }
 }

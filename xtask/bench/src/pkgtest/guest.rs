@@ -140,12 +140,14 @@ pub(super) fn run_vm(sh: &Shell, kernel: &Kernel, host: &Root, container: &Root)
     check_readme_quotes(&console)
 }
 
-/// The messages README.md's troubleshooting section quotes, as the guest printed them: the
+/// The messages README.md's troubleshooting table quotes, as the guest printed them: the
 /// library's (logging on), insmod.sh's and mtgdrdrv-load's (with mtgpu for the emulated
-/// provider's name) and the kernel's. Each must be there word for word.
+/// provider's name) and the kernel's. Each must be in the table word for word, so that a user
+/// who searches the README for the message finds its cause and fix.
 fn check_readme_quotes(console: &str) -> Result<()> {
     let readme =
         fs::read_to_string(paths::root().join("README.md")).context("reading README.md")?;
+    let table = troubleshooting_table(&readme)?;
     let mut quoted = 0;
     for line in console.lines() {
         // Kernel lines carry a `[   4.5]` timestamp first.
@@ -167,8 +169,9 @@ fn check_readme_quotes(console: &str) -> Result<()> {
         // mtgdrdrv-load names the provider, the emulated one here; README.md names mtgpu.
         let text = &text.replace("mtgpu_emu", "mtgpu");
         ensure!(
-            readme.lines().any(|l| l.trim() == text),
-            "README.md's troubleshooting does not quote this message the guest printed:\n{text}"
+            table.iter().any(|row| row.contains(text.as_str())),
+            "README.md's troubleshooting table does not quote this message the guest \
+             printed:\n{text}"
         );
         quoted += 1;
     }
@@ -177,6 +180,25 @@ fn check_readme_quotes(console: &str) -> Result<()> {
         "the guest printed only {quoted} of the messages README.md quotes"
     );
     Ok(())
+}
+
+/// The body rows of the table under README.md's "## Troubleshooting" (symptom, cause, fix).
+fn troubleshooting_table(readme: &str) -> Result<Vec<&str>> {
+    let section = readme
+        .split_once("\n## Troubleshooting\n")
+        .context("README.md has no \"## Troubleshooting\"")?
+        .1;
+    let section = section.split("\n## ").next().unwrap_or(section);
+    let rows: Vec<&str> = section
+        .lines()
+        .filter(|l| l.starts_with('|'))
+        .skip(2)
+        .collect();
+    ensure!(
+        !rows.is_empty(),
+        "README.md's \"## Troubleshooting\" has no table"
+    );
+    Ok(rows)
 }
 
 /// Host files for the guest: `paths` of `root` (symlinks followed), each at `prefix` + its
@@ -225,4 +247,37 @@ pub(super) fn package_files(sh: &Shell, root: &Root, packages: &[&str]) -> Resul
     args.extend(packages);
     let out = root.run(sh, &args)?;
     Ok(out.lines().map(String::from).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_readme_troubleshooting_table_quotes_the_guests_messages() {
+        let readme = fs::read_to_string(paths::root().join("README.md")).unwrap();
+        let rows = troubleshooting_table(&readme).unwrap();
+        assert!(
+            rows.iter().all(|r| r.matches(" | ").count() == 2),
+            "{rows:#?}"
+        );
+        // A guest that printed the same messages as a passing run, kernel timestamps and
+        // the emulated provider's name included.
+        let console = rows
+            .iter()
+            .flat_map(|r| r.split('`'))
+            .filter(|q| q.starts_with("ERR:  ") || q.starts_with("mtgdrdrv: "))
+            .map(|q| {
+                format!(
+                    "[  4.5] {}",
+                    q.replace("mtgpu is loaded", "mtgpu_emu is loaded")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        check_readme_quotes(&console).unwrap();
+        let unknown = format!("{console}\nERR:  something the README does not say");
+        assert!(check_readme_quotes(&unknown).is_err());
+        assert!(troubleshooting_table("# x\n\n## Troubleshooting\n\ntext\n").is_err());
+    }
 }

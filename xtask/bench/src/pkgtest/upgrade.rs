@@ -1,6 +1,6 @@
-//! The upgrade paths of README's "Upgrades", proven with a next release really built from this
-//! tree (a step of `cargo xtask test` with the VM; alone: `cargo xtask test-packages
-//! --upgrade-only`):
+//! The upgrade paths of README.md's "Versions" and docs/packaging.md's **Upgrades**, proven
+//! with a next release really built from this tree (a step of `cargo xtask test` with the VM;
+//! alone: `cargo xtask test-packages --upgrade-only`):
 //!
 //! 1. **Next release.** The source files (`git ls-files`: tracked and not ignored, as they are
 //!    in the working tree) are copied to build/upgrade/next/, where the driver's patch version

@@ -1,4 +1,4 @@
-//! The README's "Running from a source tree" lines, run the way its reader runs them: the
+//! The README's "From source" lines, run the way its reader runs them: the
 //! `cargo xtask` lines on this machine (for the VM's kernel), the `sudo` lines as root in the
 //! guest, the others as a user in group `render` there, in a copy of the tree's relevant
 //! files at /src. mtgpu_emu stands in for mtgpu (and its device node, group render, for the
@@ -15,7 +15,7 @@ use xtask_base::paths;
 use crate::kernel::Kernel;
 
 /// The README heading whose first `sh` block is run.
-pub const SECTION: &str = "### Running from a source tree, without installing";
+pub const SECTION: &str = "### From source";
 
 /// The guest's user and render group (any ids unused in the guest).
 const USER_ID: u32 = 1000;

@@ -1,5 +1,5 @@
 //! Step 3, the library alone: the next release's library and tools beside this release's
-//! module (held, as README says), and the library's next major refused.
+//! module (held, as README's "Versions" says), and the library's next major refused.
 
 use std::time::Instant;
 
@@ -55,14 +55,16 @@ pub(super) fn library_upgrade(
          alone; it would install {alone:?}"
     );
     // ...but by default (apt 2.5.2 and later), installing one package by name upgrades the
-    // other installed packages of its source version too, the module included: README says so.
+    // other installed packages of its source version too, the module included: README.md
+    // ("Versions") and docs/packaging.md ("Building the packages", **Upgrades**) say so.
     let grouped = planned(&repo.apt(sh, &["install", "--simulate", &lib_pin])?);
     ensure!(
         grouped.iter().any(|p| p == "mtgdrdrv-dkms"),
-        "README says that apt-get install {lib_pin} upgrades mtgdrdrv-dkms too (apt's grouping \
-         by source package), but apt would install only {grouped:?}: update README's \"Upgrades\""
+        "README.md and docs/packaging.md say that apt-get install {lib_pin} upgrades \
+         mtgdrdrv-dkms too (apt's grouping by source package), but apt would install only \
+         {grouped:?}: update README.md's \"Versions\" and docs/packaging.md's **Upgrades**"
     );
-    // README's way to keep the module: hold it.
+    // README's way ("Versions") to keep the module: hold it.
     repo.root.run(sh, &["apt-mark", "hold", "mtgdrdrv-dkms"])?;
     let tests_pin = format!("mtgdrcopy-tests={}", version(next, Package::Tests)?);
     let output = repo.apt(sh, &["install", &lib_pin, &tests_pin])?;
