@@ -14,7 +14,7 @@
 //! apart from the host toolchain's, whose fingerprints differ (another rustc); the packages'
 //! reproducible build to `<target dir>/cross/packaged/<triple>/`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use anyhow::{Context, Result};
@@ -116,8 +116,23 @@ impl Toolchain {
         cwd: Option<&Path>,
         program: &str,
     ) -> Cmd<'a> {
+        self.cmd_with_binds(sh, target, env, cwd, &[], program)
+    }
+
+    /// [`Toolchain::cmd`] with more directories mounted, each at its host path (the zig tools
+    /// of the packaged build).
+    pub fn cmd_with_binds<'a>(
+        &self,
+        sh: &'a Shell,
+        target: &Target,
+        env: &[String],
+        cwd: Option<&Path>,
+        more: &[PathBuf],
+        program: &str,
+    ) -> Cmd<'a> {
         let root = paths::root();
         let mut binds = vec![(root.clone(), root.clone())];
+        binds.extend(more.iter().map(|dir| (dir.clone(), dir.clone())));
         let target_dir = target_dir();
         if !target_dir.starts_with(&root) {
             binds.push((target_dir.clone(), target_dir.clone()));
