@@ -169,8 +169,7 @@ pub fn packaged(sh: &Shell, ws: &Workspace) -> Result<()> {
             ];
             let program = zig.cargo_zigbuild.to_string_lossy();
             let triple = Zig::target(target.triple);
-            let build =
-                toolchain.cmd_with_binds(sh, target, &env, None, &[zig.dir.clone()], &program);
+            let build = toolchain.zig_cmd(sh, target, &env, &zig.dir, &program);
             let what = format!(" for {triple} ({})", toolchain.rustc);
             (build.args(["zigbuild", "--target", &triple]), what)
         }

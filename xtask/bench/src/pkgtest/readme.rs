@@ -127,7 +127,7 @@ fn installed(sh: &Shell, root: &Root, package: &str) -> Result<String> {
     root.run(sh, &["dpkg-query", "-W", "-f", format, package])
 }
 
-/// The three parts of the module doc in `root` (fresh, with curl, gpg, sudo and dpkg-dev).
+/// The three parts of the module doc in `root` (fresh).
 pub(super) fn test(
     sh: &Shell,
     root: &Root,
@@ -136,6 +136,24 @@ pub(super) fn test(
     key: &aptrepo::TestKey,
 ) -> Result<()> {
     let readme = fs::read_to_string(paths::root().join("README.md"))?;
+    // What the README's commands run besides apt (a host has them; a minbase root may not),
+    // and dpkg-source for `apt-get source`: from the root's Debian archive, into this run's
+    // upper directory only.
+    root.run(sh, &["apt-get", "update", "-q"])?;
+    root.run(
+        sh,
+        &[
+            "apt-get",
+            "install",
+            "-y",
+            "-q",
+            "--no-install-recommends",
+            "curl",
+            "gpg",
+            "sudo",
+            "dpkg-dev",
+        ],
+    )?;
     let scratch = paths::build_dir().join("pkgtest");
     let files: Vec<PathBuf> = debs.iter().map(|d| d.path.clone()).collect();
     let repo = aptrepo::build(

@@ -332,12 +332,6 @@ pub fn dkms_layers(sh: &Shell, kernel: &Kernel) -> Result<Vec<PathBuf>> {
                 "openssl",
                 "libc6-dev",
                 "pkgconf",
-                // What the README's quick start and apt lines run (readme.rs), and
-                // dpkg-source for `apt-get source`.
-                "curl",
-                "gpg",
-                "sudo",
-                "dpkg-dev",
             ],
         )
         .with_context(|| {
@@ -357,7 +351,7 @@ pub fn dkms_layers(sh: &Shell, kernel: &Kernel) -> Result<Vec<PathBuf>> {
 }
 
 /// Changes whenever `dkms_layers` installs something else, so that cached layers are rebuilt.
-const DKMS_LAYER_RECIPE: &str = "r3";
+const DKMS_LAYER_RECIPE: &str = "r2";
 
 /// Marks a complete layer.
 const STAMP: &str = ".mtgdrcopy-layer-complete";
