@@ -37,6 +37,10 @@ use xtask_base::workspace::Workspace;
 use xtask_base::{files, host, paths};
 use xtask_pack::stage;
 
+/// Where the release engineer publishes the repository (the project's GitHub Pages), as the
+/// README's apt lines name it.
+pub const PUBLISHED_AT: &str = "https://mtgdrcopy.github.io/mtgdrcopy/apt";
+
 /// What the host needs: apt-ftparchive, and gpg for signing.
 pub const HOST_PACKAGES: &[&str] = &["apt-utils", "gpg"];
 
@@ -189,7 +193,7 @@ pub fn cli(args: Args) -> Result<()> {
     }
     eprintln!("A host installs from it with this sources entry (and `apt-get install mtgdrcopy`):");
     let line = repo.sources_line(
-        "<URL of the published directory>",
+        &format!("{PUBLISHED_AT} (or where this directory is published)"),
         "main",
         "/etc/apt/keyrings/mtgdrcopy.gpg",
     );

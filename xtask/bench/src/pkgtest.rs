@@ -1,7 +1,9 @@
-//! The packaging steps of `cargo xtask test`: build every .deb, run lintian on them, build them
-//! again from the source package (source.rs) and from a copy of the tree at another path
-//! (repro.rs), and prove them by installing them. The maintainer scripts' and mtgdrdrv-load's
-//! unit tests are in scripts/.
+//! The packaging steps of `cargo xtask test`: build every .deb, check the glibc floor of every
+//! ELF file in them (glibcfloor.rs), run lintian on them, build them again from the source
+//! package (source.rs) and from a copy of the tree at another path (repro.rs), and prove them by
+//! installing them: the install test below, the README's own commands with the apt repository
+//! and `apt-get source` (readme.rs) on bookworm, and all of that on bullseye (bullseye.rs). The
+//! maintainer scripts' and mtgdrdrv-load's unit tests are in scripts/.
 //!
 //! The install test, in order:
 //! 1. **Host.** A bookworm root with dkms and the VM kernel's headers (root.rs: cached layers

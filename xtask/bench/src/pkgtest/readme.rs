@@ -34,7 +34,7 @@ use xtask_pack::stage::Package;
 /// The Releases page's download prefix the quick start names.
 pub const RELEASES: &str = "https://github.com/mtgdrcopy/mtgdrcopy/releases/download/";
 /// Where the apt repository is published, as the README names it.
-pub const APT_URL: &str = "https://mtgdrcopy.github.io/mtgdrcopy/apt";
+pub const APT_URL: &str = aptrepo::PUBLISHED_AT;
 const QUICK_START: &str = "## Quick start";
 const FROM_APT: &str = "### From the apt repository";
 
@@ -74,6 +74,20 @@ pub fn sh_block(readme: &str, heading: &str) -> Result<String> {
             blocks.len()
         ),
     }
+}
+
+/// The mtgdrcopy programs a shell line runs as commands (first word, or after `sudo`, `&&`,
+/// `||`, `;`): the quick start's verification, which needs a GPU.
+fn programs_run(line: &str) -> Vec<String> {
+    let mut programs = Vec::new();
+    let mut command_position = true;
+    for word in line.split_whitespace() {
+        if command_position && word.starts_with("mtgdrcopy_") {
+            programs.push(word.to_owned());
+        }
+        command_position = matches!(word, "sudo" | "&&" | "||" | ";" | "|");
+    }
+    programs
 }
 
 /// `block` with `from` replaced by `to`, which it must name.
@@ -177,10 +191,10 @@ pub(super) fn test(
     // 1. The quick start.
     let block = sh_block(&readme, QUICK_START)?;
     let block = rewrite(&block, RELEASES, &format!("file://{LOCAL_RELEASES}"))?;
-    let (verify, install): (Vec<&str>, Vec<&str>) = block
-        .lines()
-        .partition(|l| l.trim_start().starts_with("mtgdrcopy_"));
-    ensure!(!verify.is_empty(), "the quick start verifies nothing");
+    let (verify, install): (Vec<&str>, Vec<&str>) =
+        block.lines().partition(|l| !programs_run(l).is_empty());
+    let programs: Vec<String> = verify.iter().flat_map(|l| programs_run(l)).collect();
+    ensure!(!programs.is_empty(), "the quick start verifies nothing");
     run_script(sh, root, "quick-start", &install.join("\n"))?;
     for package in Package::SPLIT {
         let built = super::debs::find(debs, package)?;
@@ -192,15 +206,14 @@ pub(super) fn test(
             built.version()
         );
     }
-    for line in &verify {
-        let program = line.split_whitespace().next().unwrap_or_default();
+    for program in &programs {
         root.run(sh, &["sh", "-c", &format!("command -v {program}")])?;
         root.run(sh, &[program, "--version"])
-            .with_context(|| format!("the quick start's `{line}`"))?;
+            .with_context(|| format!("the quick start's {program}"))?;
     }
     eprintln!(
         "    quick start: downloaded, checked, installed; {} --version",
-        verify.join(", ")
+        programs.join(", ")
     );
     let mut purge = vec!["apt-get", "purge", "-y", "-q"];
     purge.extend(Package::SPLIT.iter().map(|p| p.deb_name()));
@@ -332,5 +345,16 @@ mod tests {
             assert!(apt.contains(wanted), "{wanted}: {apt}");
         }
         assert!(rewrite("x", "y", "z").is_err());
+    }
+
+    #[test]
+    fn verification_lines_are_told_from_downloads() {
+        assert_eq!(programs_run("mtgdrcopy_sanity"), ["mtgdrcopy_sanity"]);
+        assert_eq!(
+            programs_run("sudo mtgdrcopy_doctor && mtgdrcopy_sanity -v"),
+            ["mtgdrcopy_doctor", "mtgdrcopy_sanity"]
+        );
+        assert!(programs_run("for f in mtgdrcopy_1.0.0-1_all.deb; do curl -O $f; done").is_empty());
+        assert!(programs_run("sudo apt-get install ./mtgdrcopy_1.0.0-1_all.deb").is_empty());
     }
 }
