@@ -14,9 +14,11 @@
 //!    of its published one. The fingerprint `gpg --show-keys` prints must be the key's, which
 //!    the release notes state (aptrepo.rs writes that line for release-check).
 //! 3. `apt-get source mtgdrcopy` from the same repository (a `deb-src` entry with the same
-//!    `signed-by`): apt checks each file against the signed Sources index, dpkg-source the .dsc's
-//!    signature (the test key as a trusted key) and checksums; the unpacked tree's
-//!    debian/changelog names the source package's version.
+//!    `signed-by`): apt checks each file against the signed Sources index and unpacks it
+//!    (`dpkg-source --no-check -x`); then `dpkg-source --require-valid-signature
+//!    --require-strong-checksums -x` on the fetched .dsc checks its signature (the test key as a
+//!    trusted key) and checksums; the unpacked tree's debian/changelog names the source
+//!    package's version.
 
 use std::fs;
 use std::path::PathBuf;
@@ -281,18 +283,39 @@ fn apt_get_source(
         "apt-source",
         &format!("apt-get update -q\napt-get source {name} 2>&1"),
     )?;
-    for wanted in [
-        "gpgv: Good signature",
-        &format!("dpkg-source: info: extracting {name} in {name}-{upstream}"),
-    ] {
-        ensure!(
-            output.contains(wanted),
-            "apt-get source {name}: no `{wanted}` in its output:\n{output}"
-        );
-    }
+    let wanted = format!("dpkg-source: info: extracting {name} in {name}-{upstream}");
     ensure!(
-        !output.contains("dpkg-source: warning"),
-        "dpkg-source warned (an unsigned or unverifiable .dsc?):\n{output}"
+        output.contains(&wanted),
+        "apt-get source {name}: no `{wanted}` in its output:\n{output}"
+    );
+    // apt checked each file against the signed Sources and ran `dpkg-source --no-check -x`:
+    // the .dsc's own signature and checksums, as a packager checks them.
+    // (dpkg-source prints nothing of gpgv's when the signature is good: without the key in
+    // the trusted keyring, the same command must fail.)
+    let dsc_name = source
+        .dsc
+        .file_name()
+        .context("no .dsc name")?
+        .to_string_lossy();
+    let check = |into: &str| {
+        format!(
+            "cd /tmp/apt-source && dpkg-source --require-valid-signature \
+             --require-strong-checksums -x {dsc_name} {into} 2>&1"
+        )
+    };
+    let checked = root.run(sh, &["bash", "-c", &check("checked")])?;
+    ensure!(
+        !checked.contains("dpkg-source: warning"),
+        "dpkg-source warned on the .dsc apt-get source fetched:\n{checked}"
+    );
+    root.run(
+        sh,
+        &["mv", "/root/.gnupg/trustedkeys.gpg", "/root/trusted.gpg"],
+    )?;
+    let (accepted, out, err) = root.output(sh, &["bash", "-c", &check("unchecked")])?;
+    ensure!(
+        !accepted,
+        "dpkg-source --require-valid-signature accepted the .dsc without its key:\n{out}{err}"
     );
     let tree = format!("/tmp/apt-source/{name}-{upstream}");
     let changelog = root.read(sh, &format!("{tree}/debian/changelog"))?;
