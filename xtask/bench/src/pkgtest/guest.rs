@@ -31,7 +31,7 @@ pub(super) fn emulated_provider(sh: &Shell, kernel: &Kernel) -> Result<(PathBuf,
 
 /// The libraries `file` (a library built on this machine) loads, as ldd resolves them here:
 /// the same paths in the bookworm roots.
-fn host_libraries(sh: &Shell, file: &std::path::Path) -> Result<Vec<String>> {
+pub(crate) fn host_libraries(sh: &Shell, file: &std::path::Path) -> Result<Vec<String>> {
     let listing = cmd!(sh, "ldd {file}")
         .quiet()
         .read()
