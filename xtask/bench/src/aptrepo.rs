@@ -191,12 +191,9 @@ pub fn cli(args: Args) -> Result<()> {
     if repo.keyring.is_none() {
         eprintln!("Unsigned (no --sign-key or --gpg-homedir): for local trials only.");
     }
-    eprintln!("A host installs from it with this sources entry (and `apt-get install mtgdrcopy`):");
-    let line = repo.sources_line(
-        &format!("{PUBLISHED_AT} (or where this directory is published)"),
-        "main",
-        "/etc/apt/keyrings/mtgdrcopy.gpg",
-    );
+    eprintln!("Published at {PUBLISHED_AT} (as the README says; else use where it is published),");
+    let line = repo.sources_line(PUBLISHED_AT, "main", "/etc/apt/keyrings/mtgdrcopy.gpg");
+    eprintln!("a host installs from it with this sources entry (and `apt-get install mtgdrcopy`):");
     eprintln!("{line}");
     eprintln!("and for `apt-get source mtgdrcopy`:\n{}", deb_src(&line));
     Ok(())
