@@ -308,6 +308,35 @@ fn add_keyring(sh: &Shell, keyring: &std::path::Path, dist: &std::path::Path) ->
 mod tests {
     use super::*;
 
+    /// The keyring joins the release's files and sums, its fingerprint the notes.
+    #[test]
+    fn the_archive_keyring_is_published_with_its_fingerprint() -> Result<()> {
+        let sh = Shell::new()?;
+        let dir = paths::build_dir().join("test-release-keyring");
+        files::fresh_dir(&dir)?;
+        let key = xtask_bench::aptrepo::TestKey::generate(&sh, &dir.join("gnupg"), "release")?;
+        let keyring = dir.join("public.gpg");
+        fs::write(&keyring, key.public_key(&sh)?)?;
+        let dist = dir.join("dist");
+        files::fresh_dir(&dist)?;
+        fs::write(dist.join("SHA256SUMS"), "0  a.deb\n")?;
+        fs::write(dist.join("RELEASE-NOTES.md"), "# mtgdrcopy 1.0.0\n")?;
+        add_keyring(&sh, &keyring, &dist)?;
+        let fingerprint = xtask_bench::aptrepo::keyring_fingerprint(&sh, &keyring)?;
+        let notes = fs::read_to_string(dist.join("RELEASE-NOTES.md"))?;
+        assert!(notes.contains(&format!("`{fingerprint}`")), "{notes}");
+        let sums = fs::read_to_string(dist.join("SHA256SUMS"))?;
+        assert!(
+            sums.ends_with("  mtgdrcopy-archive-keyring.gpg\n"),
+            "{sums}"
+        );
+        assert_eq!(
+            fs::read(dist.join("mtgdrcopy-archive-keyring.gpg"))?,
+            fs::read(&keyring)?
+        );
+        Ok(())
+    }
+
     #[test]
     fn tags_name_the_release() {
         assert!(tag_matches("v1.2.0", "1.2.0").is_ok());
