@@ -37,6 +37,13 @@ use xtask_base::workspace::Workspace;
 use xtask_base::{files, host, paths};
 use xtask_pack::stage;
 
+mod keys;
+mod sources;
+
+pub use keys::{keyring_fingerprint, release_notes_key_line, TestKey};
+pub use sources::deb_src;
+use sources::put_sources;
+
 /// Where the release engineer publishes the repository (the project's GitHub Pages), as the
 /// README's apt lines name it.
 pub const PUBLISHED_AT: &str = "https://mtgdrcopy.github.io/mtgdrcopy/apt";
@@ -197,14 +204,6 @@ pub fn cli(args: Args) -> Result<()> {
     eprintln!("{line}");
     eprintln!("and for `apt-get source mtgdrcopy`:\n{}", deb_src(&line));
     Ok(())
-}
-
-/// The `deb-src` entry of a `deb` entry: the same repository, options and component.
-pub fn deb_src(deb_line: &str) -> String {
-    match deb_line.strip_prefix("deb ") {
-        Some(rest) => format!("deb-src {rest}"),
-        None => deb_line.to_owned(),
-    }
 }
 
 impl Repo {
@@ -368,39 +367,6 @@ pub fn build(
     })
 }
 
-/// The fingerprint of the (first) key in the keyring file `path`, as `gpg --show-keys` prints
-/// it: what a host compares with the release notes' before trusting the repository.
-pub fn keyring_fingerprint(sh: &Shell, path: &Path) -> Result<String> {
-    // A home of its own: gpg would otherwise create ~/.gnupg to list a file.
-    let home = paths::build_dir().join(format!("gnupg-show-{}", std::process::id()));
-    files::fresh_dir(&home)?;
-    files::set_mode(&home, 0o700)?;
-    let listing = cmd!(
-        sh,
-        "gpg --batch --homedir {home} --with-colons --show-keys {path}"
-    )
-    .quiet()
-    .ignore_stderr()
-    .read();
-    let _ = fs::remove_dir_all(&home);
-    let listing = listing.with_context(|| format!("gpg --show-keys {}", path.display()))?;
-    listing
-        .lines()
-        .find_map(|l| l.strip_prefix("fpr:"))
-        .and_then(|rest| rest.split(':').find(|f| !f.is_empty()))
-        .map(str::to_owned)
-        .with_context(|| format!("{} holds no key", path.display()))
-}
-
-/// The release notes' line for the apt repository's key (release-check writes it; the README
-/// tells hosts to compare).
-pub fn release_notes_key_line(fingerprint: &str) -> String {
-    format!(
-        "The apt repository is signed by the key in mtgdrcopy-archive-keyring.gpg, fingerprint \
-         `{fingerprint}`: `gpg --show-keys mtgdrcopy-archive-keyring.gpg` must print it.\n"
-    )
-}
-
 /// An index file and its .gz beside it.
 fn write_index(path: &Path, text: &str) -> Result<()> {
     fs::write(path, text)?;
@@ -410,108 +376,6 @@ fn write_index(path: &Path, text: &str) -> Result<()> {
     gz.write_all(text.as_bytes())?;
     gz.finish()?;
     Ok(())
-}
-
-/// Copies each .dsc and the files it names into `pool`; with a signer, the pool's .dsc is the
-/// clearsigned one.
-fn put_sources(sh: &Shell, dscs: &[PathBuf], pool: &Path, signer: Option<&Signer>) -> Result<()> {
-    fs::create_dir_all(pool)?;
-    for dsc in dscs {
-        let text = fs::read_to_string(dsc).with_context(|| format!("reading {}", dsc.display()))?;
-        let dir = dsc.parent().context("a .dsc without a directory")?;
-        for name in dsc_files(&text) {
-            ensure!(
-                !name.contains('/'),
-                "{} names {name}, not a file beside it",
-                dsc.display()
-            );
-            fs::copy(dir.join(&name), pool.join(&name))
-                .with_context(|| format!("copying {name}, which {} names", dsc.display()))?;
-        }
-        let name = dsc.file_name().context("a .dsc without a file name")?;
-        let to = pool.join(name);
-        match signer {
-            Some(signer) => {
-                let gpg = signer.gpg_args();
-                cmd!(sh, "gpg {gpg...} --clearsign --output {to} {dsc}")
-                    .quiet()
-                    .run()
-                    .context("gpg --clearsign of the .dsc")?;
-            }
-            None => {
-                fs::copy(dsc, &to)?;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The file names a .dsc's `Files:` field lists (`<md5> <size> <name>` lines).
-fn dsc_files(dsc: &str) -> Vec<String> {
-    dsc.lines()
-        .skip_while(|l| !l.starts_with("Files:"))
-        .skip(1)
-        .take_while(|l| l.starts_with(' '))
-        .filter_map(|l| l.split_whitespace().nth(2).map(str::to_owned))
-        .collect()
-}
-
-/// A throwaway signing key in a fresh GnuPG home, for tests; its agent is stopped on drop.
-pub struct TestKey {
-    pub home: PathBuf,
-    pub user_id: String,
-}
-
-impl TestKey {
-    pub fn generate(sh: &Shell, home: &Path, name: &str) -> Result<TestKey> {
-        host::ensure_host_packages(HOST_PACKAGES)?;
-        files::fresh_dir(home)?;
-        files::set_mode(home, 0o700)?;
-        let user_id = format!("{name} <{name}@mtgdrcopy.invalid>");
-        let key = TestKey {
-            home: home.to_path_buf(),
-            user_id,
-        };
-        let uid = &key.user_id;
-        cmd!(
-            sh,
-            "gpg --batch --homedir {home} --passphrase '' --quick-gen-key {uid} ed25519 sign never"
-        )
-        .quiet()
-        .ignore_stderr()
-        .run()
-        .context("generating a throwaway GnuPG key")?;
-        Ok(key)
-    }
-
-    /// The public key, as a binary keyring for `signed-by=`.
-    pub fn public_key(&self, sh: &Shell) -> Result<Vec<u8>> {
-        let home = &self.home;
-        let out = cmd!(sh, "gpg --batch --homedir {home} --export")
-            .quiet()
-            .output()
-            .context("gpg --export")?;
-        ensure!(!out.stdout.is_empty(), "gpg --export gave no key");
-        Ok(out.stdout)
-    }
-
-    pub fn signer(&self) -> Signer {
-        Signer {
-            homedir: Some(self.home.clone()),
-            key: Some(self.user_id.clone()),
-        }
-    }
-}
-
-impl Drop for TestKey {
-    fn drop(&mut self) {
-        // gpg started an agent for this home; it would outlive the test otherwise.
-        let _ = std::process::Command::new("gpgconf")
-            .arg("--homedir")
-            .arg(&self.home)
-            .args(["--kill", "gpg-agent"])
-            .status();
-    }
 }
 
 #[cfg(test)]
@@ -568,13 +432,6 @@ mod tests {
             .unwrap();
         assert!(status.success());
         dir.join("tiny_1.0.dsc")
-    }
-
-    #[test]
-    fn dsc_files_are_listed() {
-        let dsc = "Format: 3.0 (quilt)\nSource: x\nChecksums-Sha256:\n a 1 x_1.orig.tar.xz\n\
-                   Files:\n b 10 x_1.orig.tar.xz\n c 20 x_1-1.debian.tar.xz\n";
-        assert_eq!(dsc_files(dsc), ["x_1.orig.tar.xz", "x_1-1.debian.tar.xz"]);
     }
 
     #[test]
