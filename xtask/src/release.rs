@@ -20,8 +20,9 @@
 //!
 //! With `--dist DIR` and everything green, DIR receives what a release publishes: every .deb
 //! (and -dbgsym .deb), the source package (.dsc, orig and debian tarballs),
-//! SHA256SUMS and RELEASE-NOTES.md (the newest changelog entry of each package). The release
-//! workflow attaches exactly that directory.
+//! SHA256SUMS and RELEASE-NOTES.md (the newest changelog entry of each package); with
+//! `--archive-keyring`, the apt repository's public key too, its fingerprint in the notes. The
+//! release workflow attaches exactly that directory.
 
 use fs_err as fs;
 use std::path::PathBuf;
@@ -62,6 +63,11 @@ pub struct Args {
     /// When everything passes, write the .debs, SHA256SUMS and RELEASE-NOTES.md here.
     #[arg(long)]
     dist: Option<PathBuf>,
+    /// With --dist: the apt repository's public key (the `mtgdrcopy-archive-keyring.gpg` that
+    /// `cargo xtask apt-repo --sign-key` writes), published with the release, its fingerprint
+    /// in the release notes: hosts take the key from the Releases page and compare.
+    #[arg(long, value_name = "FILE", requires = "dist")]
+    archive_keyring: Option<PathBuf>,
 }
 
 /// The release's version: the library line's, which the metapackage carries.
@@ -230,6 +236,9 @@ pub fn cli(args: Args) -> Result<()> {
 
     if let Some(dist) = args.dist {
         write_dist(&sh, &ws, built, &tree, &version, &dist)?;
+        if let Some(keyring) = &args.archive_keyring {
+            add_keyring(&sh, keyring, &dist)?;
+        }
     }
     Ok(())
 }
@@ -278,9 +287,55 @@ fn write_dist(
     Ok(())
 }
 
+/// The apt repository's keyring joins the release's files (and SHA256SUMS); the notes state its
+/// fingerprint.
+fn add_keyring(sh: &Shell, keyring: &std::path::Path, dist: &std::path::Path) -> Result<()> {
+    let fingerprint = xtask_bench::aptrepo::keyring_fingerprint(sh, keyring)?;
+    let name = "mtgdrcopy-archive-keyring.gpg";
+    fs::copy(keyring, dist.join(name))?;
+    let _cwd = sh.push_dir(dist);
+    let sum = cmd!(sh, "sha256sum -- {name}").quiet().read()?;
+    let sums = fs::read_to_string(dist.join("SHA256SUMS"))?;
+    fs::write(dist.join("SHA256SUMS"), format!("{sums}{sum}\n"))?;
+    let notes = fs::read_to_string(dist.join("RELEASE-NOTES.md"))?;
+    let line = xtask_bench::aptrepo::release_notes_key_line(&fingerprint);
+    fs::write(dist.join("RELEASE-NOTES.md"), format!("{notes}\n{line}"))?;
+    eprintln!("    {name}: fingerprint {fingerprint}, in RELEASE-NOTES.md");
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The keyring joins the release's files and sums, its fingerprint the notes.
+    #[test]
+    fn the_archive_keyring_is_published_with_its_fingerprint() -> Result<()> {
+        let sh = Shell::new()?;
+        let dir = paths::build_dir().join("test-release-keyring");
+        files::fresh_dir(&dir)?;
+        let key = xtask_bench::aptrepo::TestKey::generate(&sh, &dir.join("gnupg"), "release")?;
+        let keyring = dir.join("public.gpg");
+        fs::write(&keyring, key.public_key(&sh)?)?;
+        let dist = dir.join("dist");
+        files::fresh_dir(&dist)?;
+        fs::write(dist.join("SHA256SUMS"), "0  a.deb\n")?;
+        fs::write(dist.join("RELEASE-NOTES.md"), "# mtgdrcopy 1.0.0\n")?;
+        add_keyring(&sh, &keyring, &dist)?;
+        let fingerprint = xtask_bench::aptrepo::keyring_fingerprint(&sh, &keyring)?;
+        let notes = fs::read_to_string(dist.join("RELEASE-NOTES.md"))?;
+        assert!(notes.contains(&format!("`{fingerprint}`")), "{notes}");
+        let sums = fs::read_to_string(dist.join("SHA256SUMS"))?;
+        assert!(
+            sums.ends_with("  mtgdrcopy-archive-keyring.gpg\n"),
+            "{sums}"
+        );
+        assert_eq!(
+            fs::read(dist.join("mtgdrcopy-archive-keyring.gpg"))?,
+            fs::read(&keyring)?
+        );
+        Ok(())
+    }
 
     #[test]
     fn tags_name_the_release() {

@@ -20,6 +20,7 @@ use xshell::{cmd, Shell};
 use crate::cargo::{encode_rustflags, packaged_target_dir, reproducible_rustflags};
 use crate::library::soname;
 use crate::workspace::Workspace;
+use crate::zigbuild::{self, Zig};
 use crate::{cross, files, paths, targets};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -116,6 +117,9 @@ pub fn cli(args: Args) -> Result<()> {
 /// toolchain). Building them together keeps their dependencies' features unified, so that
 /// alternating between the two does not rebuild them each time. Once per process and target.
 ///
+/// Linked by zig against glibc 2.28's symbol versions ([`zigbuild`]: the glibc floor), for
+/// `<triple>.2.28`, so the products land in `<dir>/<triple>/release` ([`Workspace::packaged_dir`]).
+///
 /// Reproducible: built with [`reproducible_rustflags`] in a target directory of its own
 /// ([`packaged_target_dir`]), so that the other release builds (tests, `cargo xtask build`),
 /// whose flags differ, neither rebuild it nor are rebuilt by it. A cross build is remapped the
@@ -135,18 +139,39 @@ pub fn packaged(sh: &Shell, ws: &Workspace) -> Result<()> {
         None => (packaged_target_dir(&ws.target_dir), paths::cargo_home()),
         Some(_) => (targets::packaged_dir(), cross::CHROOT_CARGO_HOME.into()),
     };
-    let flags = encode_rustflags(&reproducible_rustflags(&paths::root(), &dir, &home));
+    let mut flags = reproducible_rustflags(&paths::root(), &dir, &home);
+    flags.extend(zigbuild::LINK_FLAGS.iter().map(|f| f.to_string()));
+    let flags = encode_rustflags(&flags);
+    let zig = zigbuild::tools(sh)?;
+    let zig_path = format!("CARGO_ZIGBUILD_ZIG_PATH={}", zig.zig.display());
     let (build, what) = match ws.target {
         None => {
-            let build = cmd!(sh, "cargo build").env("CARGO_ENCODED_RUSTFLAGS", flags);
-            (build.env_remove("RUSTFLAGS"), String::new())
+            let target = Zig::target(targets::host_triple());
+            let cargo_zigbuild = &zig.cargo_zigbuild;
+            let build = cmd!(sh, "{cargo_zigbuild} zigbuild --target {target}")
+                .env("CARGO_ENCODED_RUSTFLAGS", flags)
+                .env("CARGO_ZIGBUILD_ZIG_PATH", &zig.zig);
+            (build.env_remove("RUSTFLAGS"), format!(" for {target}"))
         }
         Some(target) => {
             let toolchain = cross::toolchain(sh)?;
-            let env = [format!("CARGO_ENCODED_RUSTFLAGS={flags}")];
-            let build = toolchain.cmd(sh, target, &env, None, "cargo");
-            let what = format!(" for {} ({})", target.triple, toolchain.rustc);
-            (build.args(["build", "--target", target.triple]), what)
+            // zig's and cargo-zigbuild's caches in the mounted target directory, not in the
+            // cached chroot.
+            let caches = targets::target_dir().join("zig-cache");
+            let env = [
+                format!("CARGO_ENCODED_RUSTFLAGS={flags}"),
+                zig_path,
+                format!(
+                    "CARGO_ZIGBUILD_CACHE_DIR={}",
+                    caches.join("cargo-zigbuild").display()
+                ),
+                format!("ZIG_GLOBAL_CACHE_DIR={}", caches.join("zig").display()),
+            ];
+            let program = zig.cargo_zigbuild.to_string_lossy();
+            let triple = Zig::target(target.triple);
+            let build = toolchain.zig_cmd(sh, target, &env, &zig.dir, &program);
+            let what = format!(" for {triple} ({})", toolchain.rustc);
+            (build.args(["zigbuild", "--target", &triple]), what)
         }
     };
     build
@@ -155,7 +180,9 @@ pub fn packaged(sh: &Shell, ws: &Workspace) -> Result<()> {
         .args(["--locked", "--quiet", "--release", "-p", "libgdrapi"])
         .args(["-p", "mtgdrcopy-tests", "--lib", "--bins"])
         .run()
-        .with_context(|| format!("building libgdrapi and the mtgdrcopy-tests programs{what}"))?;
+        .with_context(|| {
+            format!("building libgdrapi and the mtgdrcopy-tests programs{what} (cargo-zigbuild)")
+        })?;
     done.push(ws.target.map(|t| t.triple));
     Ok(())
 }

@@ -104,6 +104,17 @@ pub fn host_mirror(sh: &Shell, suite: &str) -> Result<String> {
     Ok(HostSources::read(sh)?.mirror(suite)?.to_owned())
 }
 
+/// For a root of another Debian suite: the archive that serves the machine's own suite
+/// (debootstrap's mirror) and one-line sources for `suite` (its -updates and -security too).
+pub fn suite_sources(sh: &Shell, suite: &str) -> Result<(String, Vec<String>)> {
+    let sources = HostSources::read(sh)?;
+    let mirror = sources.mirror(&sources.codename)?.to_owned();
+    Ok((mirror, sources.for_suite(suite)))
+}
+
+/// apt's configuration for roots of other suites (e.g. the package tests' bullseye root).
+pub const OLD_SUITE_APT_CONF: &str = APT_CONF;
+
 /// The host path of `inside`, an absolute path in the chroot at `root`.
 pub fn host_path(root: &Path, inside: &Path) -> PathBuf {
     root.join(inside.strip_prefix("/").unwrap_or(inside))

@@ -116,8 +116,35 @@ impl Toolchain {
         cwd: Option<&Path>,
         program: &str,
     ) -> Cmd<'a> {
+        self.command(sh, target, env, cwd, None, program)
+    }
+
+    /// `program` (cargo-zigbuild) as [`Toolchain::cmd`] runs it, with the zig tools' directory
+    /// `zig` mounted at its host path, and without the cross gcc as cargo's linker: zig links
+    /// (against the glibc floor, zigbuild.rs).
+    pub fn zig_cmd<'a>(
+        &self,
+        sh: &'a Shell,
+        target: &Target,
+        env: &[String],
+        zig: &Path,
+        program: &str,
+    ) -> Cmd<'a> {
+        self.command(sh, target, env, None, Some(zig), program)
+    }
+
+    fn command<'a>(
+        &self,
+        sh: &'a Shell,
+        target: &Target,
+        env: &[String],
+        cwd: Option<&Path>,
+        zig: Option<&Path>,
+        program: &str,
+    ) -> Cmd<'a> {
         let root = paths::root();
         let mut binds = vec![(root.clone(), root.clone())];
+        binds.extend(zig.map(|dir| (dir.to_path_buf(), dir.to_path_buf())));
         let target_dir = target_dir();
         if !target_dir.starts_with(&root) {
             binds.push((target_dir.clone(), target_dir.clone()));
@@ -131,9 +158,14 @@ impl Toolchain {
             format!("CARGO_TARGET_DIR={}", target_dir.display()),
             format!("CARGO_HOME={CHROOT_CARGO_HOME}"),
             "CARGO_NET_OFFLINE=true".to_owned(),
-            format!("CARGO_TARGET_{upper}_LINKER={}-gcc", target.multiarch),
             format!("CARGO_TARGET_{upper}_RUNNER={}", runner(target)),
         ];
+        if zig.is_none() {
+            vars.push(format!(
+                "CARGO_TARGET_{upper}_LINKER={}-gcc",
+                target.multiarch
+            ));
+        }
         vars.extend_from_slice(env);
         let opts = chroot::Options {
             cwd: Some(cwd.unwrap_or(&root)),

@@ -15,3 +15,4 @@ pub mod lintian;
 pub mod paths;
 pub mod targets;
 pub mod workspace;
+pub mod zigbuild;

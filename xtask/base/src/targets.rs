@@ -52,7 +52,8 @@ pub fn parse(triple: Option<&str>) -> Result<Option<&'static Target>> {
     }
 }
 
-fn host_triple() -> &'static str {
+/// The machine's own triple.
+pub fn host_triple() -> &'static str {
     match std::env::consts::ARCH {
         "aarch64" => "aarch64-unknown-linux-gnu",
         _ => "x86_64-unknown-linux-gnu",

@@ -89,7 +89,10 @@ impl Workspace {
     pub fn packaged_dir(&self) -> PathBuf {
         match self.target {
             Some(target) => targets::packaged_release_dir(target),
-            None => cargo::packaged_target_dir(&self.target_dir).join("release"),
+            // cargo-zigbuild builds with --target, also for the machine's own (zigbuild.rs).
+            None => cargo::packaged_target_dir(&self.target_dir)
+                .join(targets::host_triple())
+                .join("release"),
         }
     }
 }

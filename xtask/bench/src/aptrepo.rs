@@ -3,8 +3,10 @@
 //!
 //! ```text
 //! pool/main/*.deb                      the four packages of the release
+//! pool/main/*.dsc, *.tar.xz            the source package (`apt-get source mtgdrcopy`)
 //! pool/bundle/*.deb                    the single-package build
 //! dists/<suite>/{main,bundle}/binary-<arch>/Packages, Packages.gz
+//! dists/<suite>/main/source/Sources, Sources.gz
 //! dists/<suite>/Release                MD5Sum, SHA1, SHA256, SHA512 of the indices
 //! dists/<suite>/InRelease, Release.gpg  with --sign-key/--gpg-homedir
 //! mtgdrcopy-archive-keyring.gpg        the signing key's public part, for signed-by=
@@ -13,7 +15,10 @@
 //! The indices and Release are written by apt-ftparchive (apt-utils): Debian's own tool for
 //! exactly this, already trusted by every apt client, with the hash set apt expects. (No crate
 //! writes Release files; dpkg-scanpackages only writes Packages.) Signing is gpg's
-//! `--clearsign` and `--detach-sign`, with a key the release engineer provides.
+//! `--clearsign` and `--detach-sign`, with a key the release engineer provides; the same key
+//! clearsigns the .dsc in the pool, as an uploader signs it for Debian, so that `dpkg-source -x`
+//! (run by `apt-get source`) verifies it against that key too. apt itself checks each source
+//! file against the hashes in Sources, which the signed Release covers.
 //!
 //! The bundle shares its name with the metapackage (`mtgdrcopy`) and conflicts with the split
 //! packages, so it lives in its own component: a host lists `main` (split packages, the
@@ -31,6 +36,17 @@ use xshell::{cmd, Shell};
 use xtask_base::workspace::Workspace;
 use xtask_base::{files, host, paths};
 use xtask_pack::stage;
+
+mod keys;
+mod sources;
+
+pub use keys::{keyring_fingerprint, release_notes_key_line, TestKey};
+pub use sources::deb_src;
+use sources::put_sources;
+
+/// Where the release engineer publishes the repository (the project's GitHub Pages), as the
+/// README's apt lines name it.
+pub const PUBLISHED_AT: &str = "https://mtgdrcopy.github.io/mtgdrcopy/apt";
 
 /// What the host needs: apt-ftparchive, and gpg for signing.
 pub const HOST_PACKAGES: &[&str] = &["apt-utils", "gpg"];
@@ -168,20 +184,25 @@ pub fn cli(args: Args) -> Result<()> {
         key: args.sign_key.clone(),
     });
     let out = args.out.unwrap_or_else(|| paths::build_dir().join("apt"));
-    let repo = build(&sh, &debs, &out, &args.suite, signer.as_ref())?;
+    // The source package of this tree (`cargo xtask dist-source`), for `apt-get source`.
+    let source = xtask_pack::dsc::build(&sh)?;
+    let repo = build(
+        &sh,
+        &debs,
+        &[source.dsc],
+        &out,
+        &args.suite,
+        signer.as_ref(),
+    )?;
     println!("{}", repo.dir.display());
     if repo.keyring.is_none() {
         eprintln!("Unsigned (no --sign-key or --gpg-homedir): for local trials only.");
     }
-    eprintln!("A host installs from it with this sources entry (and `apt-get install mtgdrcopy`):");
-    eprintln!(
-        "{}",
-        repo.sources_line(
-            "<URL of the published directory>",
-            "main",
-            "/etc/apt/keyrings/mtgdrcopy.gpg"
-        )
-    );
+    eprintln!("Published at {PUBLISHED_AT} (as the README says; else use where it is published),");
+    let line = repo.sources_line(PUBLISHED_AT, "main", "/etc/apt/keyrings/mtgdrcopy.gpg");
+    eprintln!("a host installs from it with this sources entry (and `apt-get install mtgdrcopy`):");
+    eprintln!("{line}");
+    eprintln!("and for `apt-get source mtgdrcopy`:\n{}", deb_src(&line));
     Ok(())
 }
 
@@ -198,10 +219,12 @@ impl Repo {
     }
 }
 
-/// Writes the repository of `debs` into `out` (replaced), signed when `signer` is given.
+/// Writes the repository of `debs` and the source packages `dscs` (each .dsc with the files it
+/// names beside it) into `out` (replaced), signed when `signer` is given.
 pub fn build(
     sh: &Shell,
     debs: &[PathBuf],
+    dscs: &[PathBuf],
     out: &Path,
     suite: &str,
     signer: Option<&Signer>,
@@ -244,8 +267,23 @@ pub fn build(
             .with_context(|| format!("copying {}", deb.path.display()))?;
     }
 
+    if !dscs.is_empty() {
+        put_sources(sh, dscs, &out.join("pool/main"), signer)?;
+    }
+
     let _cwd = sh.push_dir(out);
     let dists = Path::new("dists").join(suite);
+    if !dscs.is_empty() {
+        let dir = dists.join("main/source");
+        fs::create_dir_all(out.join(&dir))?;
+        // Quiet about override files, which a repository of our own has no use for.
+        let sources = cmd!(sh, "apt-ftparchive sources pool/main")
+            .quiet()
+            .ignore_stderr()
+            .read()
+            .context("running apt-ftparchive sources")?;
+        write_index(&out.join(dir.join("Sources")), &format!("{sources}\n"))?;
+    }
     for component in &components {
         for arch in &architectures {
             let dir = dists.join(component).join(format!("binary-{arch}"));
@@ -256,14 +294,7 @@ pub fn build(
                 .quiet()
                 .read()
                 .context("running apt-ftparchive packages (apt-utils)")?;
-            let packages = format!("{packages}\n");
-            fs::write(out.join(dir.join("Packages")), &packages)?;
-            let mut gz = GzEncoder::new(
-                fs::File::create(out.join(dir.join("Packages.gz")))?,
-                flate2::Compression::best(),
-            );
-            gz.write_all(packages.as_bytes())?;
-            gz.finish()?;
+            write_index(&out.join(dir.join("Packages")), &format!("{packages}\n"))?;
         }
     }
 
@@ -336,62 +367,15 @@ pub fn build(
     })
 }
 
-/// A throwaway signing key in a fresh GnuPG home, for tests; its agent is stopped on drop.
-pub struct TestKey {
-    pub home: PathBuf,
-    pub user_id: String,
-}
-
-impl TestKey {
-    pub fn generate(sh: &Shell, home: &Path, name: &str) -> Result<TestKey> {
-        host::ensure_host_packages(HOST_PACKAGES)?;
-        files::fresh_dir(home)?;
-        files::set_mode(home, 0o700)?;
-        let user_id = format!("{name} <{name}@mtgdrcopy.invalid>");
-        let key = TestKey {
-            home: home.to_path_buf(),
-            user_id,
-        };
-        let uid = &key.user_id;
-        cmd!(
-            sh,
-            "gpg --batch --homedir {home} --passphrase '' --quick-gen-key {uid} ed25519 sign never"
-        )
-        .quiet()
-        .ignore_stderr()
-        .run()
-        .context("generating a throwaway GnuPG key")?;
-        Ok(key)
-    }
-
-    /// The public key, as a binary keyring for `signed-by=`.
-    pub fn public_key(&self, sh: &Shell) -> Result<Vec<u8>> {
-        let home = &self.home;
-        let out = cmd!(sh, "gpg --batch --homedir {home} --export")
-            .quiet()
-            .output()
-            .context("gpg --export")?;
-        ensure!(!out.stdout.is_empty(), "gpg --export gave no key");
-        Ok(out.stdout)
-    }
-
-    pub fn signer(&self) -> Signer {
-        Signer {
-            homedir: Some(self.home.clone()),
-            key: Some(self.user_id.clone()),
-        }
-    }
-}
-
-impl Drop for TestKey {
-    fn drop(&mut self) {
-        // gpg started an agent for this home; it would outlive the test otherwise.
-        let _ = std::process::Command::new("gpgconf")
-            .arg("--homedir")
-            .arg(&self.home)
-            .args(["--kill", "gpg-agent"])
-            .status();
-    }
+/// An index file and its .gz beside it.
+fn write_index(path: &Path, text: &str) -> Result<()> {
+    fs::write(path, text)?;
+    let mut gz_path = path.as_os_str().to_owned();
+    gz_path.push(".gz");
+    let mut gz = GzEncoder::new(fs::File::create(&gz_path)?, flate2::Compression::best());
+    gz.write_all(text.as_bytes())?;
+    gz.finish()?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -422,6 +406,34 @@ mod tests {
         deb
     }
 
+    /// A minimal native source package made with dpkg-source; returns its .dsc.
+    fn tiny_source(dir: &Path) -> PathBuf {
+        let tree = dir.join("tiny-1.0");
+        fs::create_dir_all(tree.join("debian/source")).unwrap();
+        fs::write(tree.join("debian/source/format"), "3.0 (native)\n").unwrap();
+        fs::write(
+            tree.join("debian/control"),
+            "Source: tiny\nMaintainer: Test <test@example.org>\n\n\
+             Package: tiny\nArchitecture: all\nDescription: test package\n",
+        )
+        .unwrap();
+        fs::write(
+            tree.join("debian/changelog"),
+            "tiny (1.0) unstable; urgency=medium\n\n  * Test.\n\n \
+             -- Test <test@example.org>  Thu, 01 Jan 2026 00:00:00 +0000\n",
+        )
+        .unwrap();
+        let status = std::process::Command::new("dpkg-source")
+            .current_dir(dir)
+            .args(["-b", "tiny-1.0"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        dir.join("tiny_1.0.dsc")
+    }
+
     #[test]
     fn a_signed_repository_with_both_components() {
         let sh = Shell::new().unwrap();
@@ -432,9 +444,10 @@ mod tests {
             tiny_deb(&scratch, "mtgdrcopy", "1.0.0-1", "all"),
             tiny_deb(&scratch, "mtgdrcopy", "1.0.0-1+bundle", "amd64"),
         ];
+        let dsc = tiny_source(&scratch);
         let key = TestKey::generate(&sh, &scratch.join("gnupg"), "repo-test").unwrap();
         let out = scratch.join("apt");
-        let repo = build(&sh, &debs, &out, "stable", Some(&key.signer())).unwrap();
+        let repo = build(&sh, &debs, &[dsc], &out, "stable", Some(&key.signer())).unwrap();
         assert_eq!(repo.components, ["main", "bundle"]);
         assert_eq!(repo.architectures, ["amd64"]);
 
@@ -466,6 +479,15 @@ mod tests {
             release.contains("main/binary-amd64/Packages.gz"),
             "{release}"
         );
+        assert!(release.contains("main/source/Sources.gz"), "{release}");
+        let sources = fs::read_to_string(out.join("dists/stable/main/source/Sources")).unwrap();
+        assert!(
+            sources.contains("Package: tiny\n")
+                && sources.contains("Directory: pool/main\n")
+                && sources.contains("tiny_1.0.tar.xz"),
+            "{sources}"
+        );
+        assert!(out.join("pool/main/tiny_1.0.tar.xz").exists());
 
         // gpgv with only the exported keyring accepts both signatures...
         let keyring = repo.keyring.clone().unwrap();
@@ -481,10 +503,16 @@ mod tests {
                 .success()
         };
         assert!(gpgv(&[&dists.join("InRelease")]));
+        // The pool's .dsc is clearsigned by the same key.
+        assert!(gpgv(&[&out.join("pool/main/tiny_1.0.dsc")]));
         assert!(gpgv(&[&dists.join("Release.gpg"), &dists.join("Release")]));
         // ...and refuses a Release changed after signing.
         fs::write(dists.join("Release"), format!("{release}Tampered: yes\n")).unwrap();
         assert!(!gpgv(&[&dists.join("Release.gpg"), &dists.join("Release")]));
+
+        let fingerprint = keyring_fingerprint(&sh, &keyring).unwrap();
+        assert_eq!(fingerprint.len(), 40, "{fingerprint}");
+        assert!(release_notes_key_line(&fingerprint).contains(&fingerprint));
 
         // Another key's keyring does not verify it.
         let other = TestKey::generate(&sh, &scratch.join("gnupg-other"), "other").unwrap();

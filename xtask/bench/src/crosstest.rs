@@ -19,7 +19,7 @@ use crate::elf::{self, ensure_elf_for};
 use xtask_pack::stage::Package;
 
 /// `deb-all` for `target`: the four packages, checked to carry the right architecture and
-/// arm64 code, then lintian on them (lintian reads foreign-architecture packages).
+/// arm64 code within the glibc floor (glibcfloor.rs), then lintian on them (lintian reads foreign-architecture packages).
 pub fn packages(sh: &Shell, target: &'static Target) -> Result<()> {
     let ws = Workspace::load()?.for_target(Some(target));
     let debs = xtask_pack::deb::build(sh, &ws, &Package::SPLIT)?;
@@ -46,6 +46,8 @@ pub fn packages(sh: &Shell, target: &'static Target) -> Result<()> {
             ensure_elf_for(&elf, target)?;
         }
     }
+    let paths: Vec<&Path> = debs.iter().map(|b| b.path.as_path()).collect();
+    crate::glibcfloor::check_debs(sh, &paths)?;
     xtask_pack::deb::lintian(sh, &debs)
 }
 
@@ -175,7 +177,7 @@ pub fn test_steps() -> Vec<Step<'static>> {
             Box::new(move |sh: &Shell| header_test(sh, target)),
         ));
         steps.push((
-            "arm64: deb-all and lintian",
+            "arm64: deb-all, glibc floor and lintian",
             Box::new(move |sh: &Shell| packages(sh, target)),
         ));
     }

@@ -81,3 +81,134 @@ pub fn ensure_elf_for(path: &Path, target: &Target) -> Result<()> {
     );
     Ok(())
 }
+
+/// The symbol versions `path` needs, as (library, version) pairs: the `.gnu.version_r` section
+/// (SHT_GNU_verneed) of a little-endian ELF64 file (amd64, arm64), what the dynamic loader
+/// checks against the libraries it finds. Empty when the file has none (a static program, or
+/// a -dbgsym file whose section holds no data).
+pub fn needed_versions(path: &Path) -> Result<Vec<(String, String)>> {
+    let data = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    needed_versions_in(&data)
+        .with_context(|| format!("{}: reading its version needs", path.display()))
+}
+
+fn needed_versions_in(data: &[u8]) -> Result<Vec<(String, String)>> {
+    ensure!(
+        data.get(..6) == Some(b"\x7fELF\x02\x01".as_slice()),
+        "not a little-endian ELF64 file"
+    );
+    let shoff = usize::try_from(u64_at(data, 0x28)?)?;
+    let (shentsize, shnum) = (
+        usize::from(u16_at(data, 0x3a)?),
+        usize::from(u16_at(data, 0x3c)?),
+    );
+    let section = |i: usize| -> Result<Section> {
+        let at = shoff + i * shentsize;
+        Ok(Section {
+            kind: u32_at(data, at + 4)?,
+            offset: usize::try_from(u64_at(data, at + 24)?)?,
+            link: usize::try_from(u32_at(data, at + 40)?)?,
+            info: u32_at(data, at + 44)?,
+        })
+    };
+    const SHT_GNU_VERNEED: u32 = 0x6fff_fffe;
+    const SHT_NOBITS: u32 = 8;
+    let mut needed = Vec::new();
+    for i in 0..shnum {
+        let verneed = section(i)?;
+        if verneed.kind != SHT_GNU_VERNEED {
+            continue;
+        }
+        let strings = section(verneed.link)?;
+        if strings.kind == SHT_NOBITS {
+            continue;
+        }
+        let string = |at: u32| -> Result<String> {
+            let start = strings.offset + usize::try_from(at)?;
+            let rest = data
+                .get(start..)
+                .context("a name past the end of the file")?;
+            let end = rest
+                .iter()
+                .position(|&b| b == 0)
+                .context("an unterminated name")?;
+            Ok(String::from_utf8_lossy(&rest[..end]).into_owned())
+        };
+        // sh_info entries (Elf64_Verneed), each with vn_cnt Elf64_Vernaux.
+        let mut entry = verneed.offset;
+        for _ in 0..verneed.info {
+            let (count, file) = (u16_at(data, entry + 2)?, u32_at(data, entry + 4)?);
+            let library = string(file)?;
+            let mut aux = entry + usize::try_from(u32_at(data, entry + 8)?)?;
+            for _ in 0..count {
+                needed.push((library.clone(), string(u32_at(data, aux + 8)?)?));
+                aux += usize::try_from(u32_at(data, aux + 12)?)?;
+            }
+            entry += usize::try_from(u32_at(data, entry + 12)?)?;
+        }
+    }
+    Ok(needed)
+}
+
+/// What `needed_versions_in` reads of a section header.
+struct Section {
+    kind: u32,
+    offset: usize,
+    link: usize,
+    info: u32,
+}
+
+fn bytes_at<const N: usize>(data: &[u8], at: usize) -> Result<[u8; N]> {
+    let slice = data
+        .get(at..at.checked_add(N).context("an offset overflows")?)
+        .with_context(|| format!("offset {at:#x} is past the end of the file"))?;
+    Ok(slice.try_into()?)
+}
+
+fn u16_at(data: &[u8], at: usize) -> Result<u16> {
+    Ok(u16::from_le_bytes(bytes_at(data, at)?))
+}
+
+fn u32_at(data: &[u8], at: usize) -> Result<u32> {
+    Ok(u32::from_le_bytes(bytes_at(data, at)?))
+}
+
+fn u64_at(data: &[u8], at: usize) -> Result<u64> {
+    Ok(u64::from_le_bytes(bytes_at(data, at)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This test program, linked on this machine, needs libc's versions, and what `readelf -V`
+    /// lists is what the parser finds.
+    #[test]
+    fn version_needs_are_readelfs() -> Result<()> {
+        let exe = std::env::current_exe()?;
+        let needed = needed_versions(&exe)?;
+        assert!(
+            needed
+                .iter()
+                .any(|(lib, v)| lib == "libc.so.6" && v.starts_with("GLIBC_2.")),
+            "{needed:?}"
+        );
+        let out = std::process::Command::new("readelf")
+            .args(["-V", "--wide"])
+            .arg(&exe)
+            .output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut theirs: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("Flags:"))
+            .filter_map(|l| l.split("Name: ").nth(1)?.split_whitespace().next())
+            .collect();
+        let mut ours: Vec<&str> = needed.iter().map(|(_, v)| v.as_str()).collect();
+        theirs.sort();
+        ours.sort();
+        assert_eq!(ours, theirs);
+        assert!(needed_versions_in(b"\x7fELF\x01\x01").is_err());
+        assert!(needed_versions_in(&[0x7f, b'E', b'L', b'F', 2, 1, 0, 0]).is_err());
+        Ok(())
+    }
+}

@@ -12,6 +12,7 @@ pub mod cpu;
 pub mod crosstest;
 pub mod elf;
 pub mod fuzz;
+pub mod glibcfloor;
 pub mod hostbench;
 pub mod kernel;
 pub mod library;

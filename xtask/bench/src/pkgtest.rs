@@ -1,7 +1,9 @@
-//! The packaging steps of `cargo xtask test`: build every .deb, run lintian on them, build them
-//! again from the source package (source.rs) and from a copy of the tree at another path
-//! (repro.rs), and prove them by installing them. The maintainer scripts' and mtgdrdrv-load's
-//! unit tests are in scripts/.
+//! The packaging steps of `cargo xtask test`: build every .deb, check the glibc floor of every
+//! ELF file in them (glibcfloor.rs), run lintian on them, build them again from the source
+//! package (source.rs) and from a copy of the tree at another path (repro.rs), and prove them by
+//! installing them: the install test below, the README's own commands with the apt repository
+//! and `apt-get source` (readme.rs) on bookworm, and all of that on bullseye (bullseye.rs). The
+//! maintainer scripts' and mtgdrdrv-load's unit tests are in scripts/.
 //!
 //! The install test, in order:
 //! 1. **Host.** A bookworm root with dkms and the VM kernel's headers (root.rs: cached layers
@@ -41,12 +43,14 @@
 //! 5. **Bundle.** The single-package build on the same root: DKMS installs the module again,
 //!    then its purge leaves the root as clean.
 
+mod bullseye;
 mod debs;
 mod dkms;
 mod guest;
 mod guest_script;
 mod install;
 mod installed;
+mod readme;
 mod repro;
 mod root;
 #[cfg(test)]
@@ -79,11 +83,22 @@ use install::install_test;
 pub fn test_steps(vm: bool) -> Vec<Step<'static>> {
     let debs: Rc<RefCell<Option<Vec<Built>>>> = Rc::default();
     let upgrade = upgrade::test_step(debs.clone());
-    let (d1, d2, d3, d4, d5) = (debs.clone(), debs.clone(), debs.clone(), debs.clone(), debs);
+    let (d1, d2, d3, d4, d5) = (
+        debs.clone(),
+        debs.clone(),
+        debs.clone(),
+        debs.clone(),
+        debs.clone(),
+    );
+    let (d6, d7, d8) = (debs.clone(), debs.clone(), debs);
     let mut steps: Vec<Step<'static>> = vec![
         (
             "packages: build every .deb (deb-all, deb-bundle); xz, -dbgsym, libgdrapi.a",
             Box::new(move |sh: &Shell| contents_check(sh, &built(sh, &d1)?)),
+        ),
+        (
+            "packages: every shipped ELF needs at most glibc 2.28 (symbol versions)",
+            Box::new(move |sh: &Shell| glibc_floor(sh, &built(sh, &d6)?)),
         ),
         (
             "packages: build-all stages every package tree (make build)",
@@ -110,6 +125,14 @@ pub fn test_steps(vm: bool) -> Vec<Step<'static>> {
         steps.push((
             "packages: install on bookworm (DKMS, VM, container), purge",
             Box::new(move |sh: &Shell| install_test(sh, &built(sh, &d3)?)),
+        ));
+        steps.push((
+            "packages: README quick start, apt repository, apt-get source (bookworm)",
+            Box::new(move |sh: &Shell| bullseye::readme_on_bookworm(sh, &built(sh, &d7)?)),
+        ));
+        steps.push((
+            "packages: install on bullseye (README, DKMS for 5.10, tools run, apt-get source)",
+            Box::new(move |sh: &Shell| bullseye::test_step(sh, &built(sh, &d8)?)),
         ));
         steps.push(upgrade);
     }
@@ -224,6 +247,12 @@ fn install_from_source_step(sh: &Shell) -> Result<()> {
     }
     eprintln!("    installed under {}", prefix.display());
     Ok(())
+}
+
+/// The glibc floor on every .deb but the -dbgsym ones (their files are never loaded).
+fn glibc_floor(sh: &Shell, debs: &[Built]) -> Result<()> {
+    let paths: Vec<&Path> = debs.iter().map(|b| b.path.as_path()).collect();
+    crate::glibcfloor::check_debs(sh, &paths).map(drop)
 }
 
 /// What the archives must be: xz members; a -dbgsym package beside each package with ELF

@@ -96,6 +96,12 @@ pub fn run(sh: &Shell, ws: &Workspace, packages: &[Package]) -> Result<Vec<PathB
     };
     let env = [
         format!("MTGDRCOPY_RELEASE_DIR={}", ws.packaged_dir().display()),
+        // The libc6 dependency: the glibc floor the build linked against (zigbuild.rs).
+        format!(
+            "MTGDRCOPY_GLIBC_FLOOR={}.{}",
+            xtask_base::zigbuild::GLIBC_FLOOR.0,
+            xtask_base::zigbuild::GLIBC_FLOOR.1
+        ),
         // The tests run elsewhere (`cargo xtask test`); -d: the Build-Depends name Debian's
         // cargo and rustc, and this build uses the developer's.
         "DEB_BUILD_OPTIONS=nocheck".to_owned(),

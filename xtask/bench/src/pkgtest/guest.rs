@@ -27,6 +27,21 @@ pub(super) fn emulated_provider(sh: &Shell, kernel: &Kernel) -> Result<(PathBuf,
     Ok((emu, libmusa))
 }
 
+/// The libraries `file` (a library built on this machine) loads, as ldd resolves them here:
+/// the same paths in the bookworm roots.
+pub(crate) fn host_libraries(sh: &Shell, file: &std::path::Path) -> Result<Vec<String>> {
+    let listing = cmd!(sh, "ldd {file}")
+        .quiet()
+        .read()
+        .with_context(|| format!("ldd {}", file.display()))?;
+    Ok(listing
+        .lines()
+        .filter_map(|l| l.split_once(" => ")?.1.split_whitespace().next())
+        .filter(|lib| lib.starts_with('/'))
+        .map(str::to_owned)
+        .collect())
+}
+
 pub(super) fn run_vm(sh: &Shell, kernel: &Kernel, host: &Root, container: &Root) -> Result<()> {
     let (emu, libmusa) = emulated_provider(sh, kernel)?;
 
@@ -62,6 +77,10 @@ pub(super) fn run_vm(sh: &Shell, kernel: &Kernel, host: &Root, container: &Root)
         // kmod's modprobe, for the softdep: busybox's knows no softdep.
         "/usr/bin/kmod".into(),
     ]);
+    // What the emulated libmusa (built here, by the system's linker) needs, e.g. libgcc_s.so.1,
+    // which the packaged programs, linked by zig, no longer pull in.
+    let musa_needs = host_libraries(sh, &libmusa)?;
+    host_paths.extend(musa_needs.iter().cloned());
     let mut files = root_files(sh, host, &host_paths, "", "vm-files")?;
     // The guest's /tmp is a fresh tmpfs, and busybox has its own, smaller setpriv.
     for (_, guest) in files.iter_mut() {
@@ -85,6 +104,7 @@ pub(super) fn run_vm(sh: &Shell, kernel: &Kernel, host: &Root, container: &Root)
     let container_paths = package_files(sh, container, &["libgdrapi", "mtgdrcopy-tests"])?
         .into_iter()
         .filter(|p| p.starts_with("/usr/bin/") || p.contains("/libgdrapi.so.1"))
+        .chain(musa_needs)
         .collect::<Vec<_>>();
     files.extend(root_files(
         sh,

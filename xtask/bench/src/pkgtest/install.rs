@@ -160,6 +160,7 @@ fn install_from_repo(sh: &Shell, host: &Root, debs: &[Built]) -> Result<String> 
     let repo = aptrepo::build(
         sh,
         &files,
+        &[],
         &scratch.join("apt"),
         "stable",
         Some(&key.signer()),

@@ -1,5 +1,7 @@
-//! Debian bookworm root file systems for the install test, as overlayfs layers made with
-//! debootstrap and apt, cached in `cache_dir()/roots/bookworm/`:
+//! Debian root file systems for the install test, as overlayfs layers made with debootstrap
+//! and apt, cached in `cache_dir()/roots/<suite>/`: bookworm's (below), and bullseye's (the
+//! oldest Debian this machine's archive serves: glibc 2.31, kernel 5.10), a minbase and one
+//! layer of [`BULLSEYE_PACKAGES`] on it. Bookworm's:
 //!
 //! - `minbase`: `debootstrap --variant=minbase`, with apt sources copied from this machine's
 //!   configuration (no mirror is named in the repository). Alone, it stands in for a container
@@ -203,13 +205,19 @@ impl Root {
 
 /// The minbase layer (a container image's stand-in), built on first use.
 pub fn minbase(sh: &Shell) -> Result<PathBuf> {
-    let dir = roots_dir().join("minbase");
+    minbase_of(sh, SUITE)
+}
+
+/// The minbase layer of `suite`: bookworm (the machine's own, with its apt sources as they
+/// are) or an older one (bullseye) with the machine's sources renamed to it.
+pub fn minbase_of(sh: &Shell, suite: &str) -> Result<PathBuf> {
+    let dir = roots_dir(suite).join("minbase");
     if dir.join(STAMP).exists() {
         return Ok(dir);
     }
     host::ensure_host_packages(&["debootstrap"])?;
     // Layers built on an older minbase do not fit a new one.
-    if let Ok(entries) = fs::read_dir(roots_dir()) {
+    if let Ok(entries) = fs::read_dir(roots_dir(suite)) {
         for entry in entries.flatten() {
             if entry.file_name().to_string_lossy().starts_with("dkms-") {
                 fs::remove_dir_all(entry.path())?;
@@ -217,15 +225,20 @@ pub fn minbase(sh: &Shell) -> Result<PathBuf> {
         }
     }
     build_layer(&dir, |tmp, scratch| {
-        let mirror =
-            xtask_base::chroot::host_mirror(sh, SUITE).context("a Debian 12 host is needed")?;
+        let (mirror, lines) = if suite == SUITE {
+            let mirror =
+                xtask_base::chroot::host_mirror(sh, SUITE).context("a Debian 12 host is needed")?;
+            (mirror, Vec::new())
+        } else {
+            xtask_base::chroot::suite_sources(sh, suite)?
+        };
         eprintln!(
-            "xtask: debootstrap --variant=minbase {SUITE} from {mirror} (once; cached in {})",
+            "xtask: debootstrap --variant=minbase {suite} from {mirror} (once; cached in {})",
             dir.display()
         );
         let t = Instant::now();
         let log = scratch.join("debootstrap.log");
-        let out = cmd!(sh, "debootstrap --variant=minbase {SUITE} {tmp} {mirror}")
+        let out = cmd!(sh, "debootstrap --variant=minbase {suite} {tmp} {mirror}")
             .quiet()
             .ignore_status()
             .output()
@@ -241,7 +254,15 @@ pub fn minbase(sh: &Shell) -> Result<PathBuf> {
                 log.display()
             );
         }
-        use_host_apt_sources(tmp)?;
+        if suite == SUITE {
+            use_host_apt_sources(tmp)?;
+        } else {
+            fs::write(tmp.join("etc/apt/sources.list"), lines.join("\n") + "\n")?;
+            fs::write(
+                tmp.join("etc/apt/apt.conf.d/99mtgdrcopy"),
+                xtask_base::chroot::OLD_SUITE_APT_CONF,
+            )?;
+        }
         // Services never start in these roots (policy-rc.d(8)).
         xtask_base::files::put_text(
             &tmp.join("usr/sbin/policy-rc.d"),
@@ -271,12 +292,12 @@ pub fn dkms_layers(sh: &Shell, kernel: &Kernel) -> Result<Vec<PathBuf>> {
         .read()
         .with_context(|| format!("reading the version of linux-headers-{release}"))?;
     let minbase = minbase(sh)?;
-    let dir = roots_dir().join(format!("dkms-{release}-{version}-{DKMS_LAYER_RECIPE}"));
+    let dir = roots_dir(SUITE).join(format!("dkms-{release}-{version}-{DKMS_LAYER_RECIPE}"));
     if dir.join(STAMP).exists() {
         return Ok(vec![dir, minbase]);
     }
     // Layers for another kernel or recipe are not used again.
-    for entry in fs::read_dir(roots_dir())?.flatten() {
+    for entry in fs::read_dir(roots_dir(SUITE))?.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         if name.starts_with("dkms-") && entry.path() != dir {
             fs::remove_dir_all(entry.path())
@@ -335,8 +356,60 @@ const DKMS_LAYER_RECIPE: &str = "r2";
 /// Marks a complete layer.
 const STAMP: &str = ".mtgdrcopy-layer-complete";
 
-fn roots_dir() -> PathBuf {
-    paths::cache_dir().join("roots").join(SUITE)
+fn roots_dir(suite: &str) -> PathBuf {
+    paths::cache_dir().join("roots").join(suite)
+}
+
+/// What the bullseye root adds to its minbase: DKMS with bullseye's own kernel headers
+/// (linux-headers-amd64: 5.10, built with its gcc 10), and what the README's commands and
+/// `apt-get source` run. Part of the recipe: a change rebuilds the layer.
+const BULLSEYE_PACKAGES: &[&str] = &[
+    "dkms",
+    "linux-headers-amd64",
+    "udev",
+    "openssl",
+    "libc6-dev",
+    "pkgconf",
+    "curl",
+    "gpg",
+    "sudo",
+    "dpkg-dev",
+];
+const BULLSEYE_RECIPE: &str = "r1";
+
+/// The layers of the Debian 11 (bullseye, glibc 2.31) root, top first: [`BULLSEYE_PACKAGES`]
+/// on bullseye's minbase. Made once from the machine's archive, then cached.
+pub fn bullseye_layers(sh: &Shell) -> Result<Vec<PathBuf>> {
+    const BULLSEYE: &str = "bullseye";
+    let minbase = minbase_of(sh, BULLSEYE)?;
+    let dir = roots_dir(BULLSEYE).join(format!("dkms-{BULLSEYE_RECIPE}"));
+    if dir.join(STAMP).exists() {
+        return Ok(vec![dir, minbase]);
+    }
+    build_layer(&dir, |tmp, scratch| {
+        eprintln!(
+            "xtask: adding dkms and bullseye's kernel headers to its root (once; cached in {})",
+            dir.display()
+        );
+        let t = Instant::now();
+        let root = Root::with_upper(
+            vec![minbase.clone()],
+            tmp.to_path_buf(),
+            scratch,
+            scratch.join("apt.log"),
+        )?;
+        root.run(sh, &["apt-get", "update", "-q"])?;
+        let mut install = vec!["apt-get", "install", "-y", "-q", "--no-install-recommends"];
+        install.extend_from_slice(BULLSEYE_PACKAGES);
+        root.run(sh, &install)?;
+        root.run(sh, &["apt-get", "clean"])?;
+        eprintln!(
+            "    bullseye layer ready ({:.0} s)",
+            t.elapsed().as_secs_f64()
+        );
+        Ok(())
+    })?;
+    Ok(vec![dir, minbase])
 }
 
 /// Builds a layer into `.<name>.tmp-<pid>/layer` (overlay scratch next to it) and renames it to

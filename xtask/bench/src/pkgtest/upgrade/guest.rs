@@ -9,7 +9,7 @@ use super::next::major_minor;
 use xtask_base::paths;
 
 use crate::kernel::Kernel;
-use crate::pkgtest::guest::{emulated_provider, package_files, root_files};
+use crate::pkgtest::guest::{emulated_provider, host_libraries, package_files, root_files};
 use crate::pkgtest::root::Root;
 use crate::{vm, vmtest};
 
@@ -88,6 +88,9 @@ pub(super) fn run_vm(sh: &Shell, kernel: &Kernel, guests: &[Guest]) -> Result<()
         let mut paths = package_files(sh, guest.root, &["libgdrapi", "mtgdrcopy-tests"])?;
         paths.retain(|p| p.starts_with("/usr/bin/") || p.contains("/libgdrapi.so.1"));
         paths.push(format!("/lib/modules/{release}/updates/dkms/mtgdrdrv.ko"));
+        // The emulated libmusa's own libraries (libgcc_s.so.1), which the zig-linked
+        // programs do not pull in.
+        paths.extend(host_libraries(sh, &libmusa)?);
         files.extend(root_files(sh, guest.root, &paths, guest.dir, "vm-files")?);
         files.push((
             libmusa.clone(),

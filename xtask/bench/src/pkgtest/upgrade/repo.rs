@@ -31,6 +31,7 @@ impl Repo<'_> {
         let repo = aptrepo::build(
             sh,
             &files,
+            &[],
             &self.scratch.join("apt"),
             "stable",
             Some(&self.key.signer()),

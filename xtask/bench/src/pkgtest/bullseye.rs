@@ -1,0 +1,95 @@
+//! The packages on Debian 11 (bullseye: glibc 2.31, kernel 5.10, gcc 10), the oldest root this
+//! machine's archive serves, and the README's commands on bookworm (readme.rs).
+//!
+//! On bullseye, in a root of bullseye's minbase with DKMS and bullseye's own kernel headers
+//! (root.rs), what runs:
+//! - the README's quick start, apt repository lines and `apt-get source` (readme.rs): apt
+//!   installs the four packages from the release's files and from the signed repository
+//!   (refused if a package needed a newer libc6), and DKMS builds mtgdrdrv there;
+//! - DKMS built and installed mtgdrdrv.ko for the root's 5.10 kernel, with bullseye's gcc;
+//! - every mtgdrcopy_* program and libgdrapi.so.1 load under glibc 2.31: each program's
+//!   `--version` and `--help` exit 0.
+//!
+//! Not here: loading the module and copying (no 5.10 VM with the emulated provider): the
+//! kernel matrix builds the module against 5.10 in its own bullseye chroot, and the VM tests run
+//! it on bookworm's kernel.
+
+use anyhow::{ensure, Context, Result};
+use xshell::Shell;
+
+use super::readme;
+use super::root::{self, Root};
+use crate::{aptrepo, kernel};
+use xtask_base::paths;
+use xtask_base::workspace::Workspace;
+use xtask_pack::deb::Built;
+
+fn key(sh: &Shell, name: &str) -> Result<aptrepo::TestKey> {
+    let home = paths::build_dir()
+        .join("pkgtest")
+        .join(format!("gnupg-{name}"));
+    aptrepo::TestKey::generate(sh, &home, "mtgdrcopy-test-archive")
+}
+
+/// The README's commands on bookworm, in a root of the install test's layers.
+pub(super) fn readme_on_bookworm(sh: &Shell, debs: &[Built]) -> Result<()> {
+    // The roots in build/pkgtest/ are one run's at a time.
+    let _lock = xtask_base::files::lock_file(
+        &paths::build_dir().join("pkgtest/.lock"),
+        "running the package install test",
+    )?;
+    let layers = root::dkms_layers(sh, &kernel::bookworm_kernel()?)?;
+    let root = Root::fresh(layers, "readme-bookworm")?;
+    let source = xtask_pack::dsc::build(sh)?;
+    readme::test(sh, &root, debs, &source, &key(sh, "readme")?)
+}
+
+/// The bullseye test (module doc).
+pub(super) fn test_step(sh: &Shell, debs: &[Built]) -> Result<()> {
+    // The roots in build/pkgtest/ are one run's at a time.
+    let _lock = xtask_base::files::lock_file(
+        &paths::build_dir().join("pkgtest/.lock"),
+        "running the package install test",
+    )?;
+    let layers = root::bullseye_layers(sh)?;
+    let root = Root::fresh(layers, "bullseye")?;
+    let glibc = root.run(sh, &["sh", "-c", "ldd --version | head -n 1"])?;
+    eprintln!("    bullseye root: {}", glibc.trim());
+    let source = xtask_pack::dsc::build(sh)?;
+    readme::test(sh, &root, debs, &source, &key(sh, "bullseye")?)?;
+
+    // DKMS built the module for bullseye's kernel (the only headers in the root).
+    let releases = root.run(sh, &["ls", "/lib/modules"])?;
+    let release = releases
+        .lines()
+        .find(|r| r.starts_with("5.10."))
+        .with_context(|| format!("no 5.10 kernel in the bullseye root: {releases}"))?;
+    let status = root.run(sh, &["dkms", "status", "mtgdrdrv"])?;
+    ensure!(
+        status.contains(release) && status.contains("installed"),
+        "dkms status in the bullseye root: {status}"
+    );
+    let ko = format!("/lib/modules/{release}/updates/dkms/mtgdrdrv.ko");
+    let ko_xz = format!("{ko}.xz");
+    ensure!(
+        root.exists(sh, &ko)? || root.exists(sh, &ko_xz)?,
+        "DKMS installed no {ko} in the bullseye root"
+    );
+    eprintln!("    DKMS: mtgdrdrv built and installed for {release}");
+
+    // The programs (and so libgdrapi.so.1, which they link) load under glibc 2.31.
+    let ws = Workspace::load()?;
+    let bins = &ws.krate("mtgdrcopy-tests")?.bins;
+    for bin in bins {
+        for option in ["--version", "--help"] {
+            root.run(sh, &[bin, option])
+                .with_context(|| format!("{bin} {option} on bullseye"))?;
+        }
+    }
+    eprintln!(
+        "    {} programs: --version and --help under {}",
+        bins.len(),
+        glibc.trim()
+    );
+    Ok(())
+}
