@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
-use xshell::Shell;
+use xshell::{cmd, Shell};
 
 use super::guest_script::guest_script;
 use super::installed::{LOAD_SCRIPT, SOFTDEP};
