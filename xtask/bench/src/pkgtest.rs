@@ -109,6 +109,10 @@ pub fn test_steps(vm: bool) -> Vec<Step<'static>> {
             Box::new(install_from_source_step),
         ),
         (
+            "from source: install as a user with sudo into a prefix only root writes",
+            Box::new(install_as_user_step),
+        ),
+        (
             "packages: lintian on every .deb",
             Box::new(move |sh: &Shell| deb::lintian(sh, &built(sh, &d2)?)),
         ),
@@ -187,6 +191,27 @@ fn build_all_test_step(sh: &Shell) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// `cargo xtask install` run the way the README says, as a user with sudo, not as root: the
+/// script (scripts/install-as-user.sh) makes that user in a mount namespace of its own and checks
+/// the result. It needs sudo on this machine, and root to make the namespace.
+fn install_as_user_step(sh: &Shell) -> Result<()> {
+    xtask_base::host::ensure_host_packages(&["sudo"])?;
+    // Outside the tree and /root: the overlays' upper directories must not lie in what they cover.
+    let work = std::env::temp_dir().join("mtgdrcopy-install-as-user");
+    xtask_base::files::fresh_dir(&work)?;
+    let script = paths::root().join("xtask/bench/scripts/install-as-user.sh");
+    let repo = paths::root();
+    let log = paths::build_dir().join("logs/install-as-user.log");
+    let result = xtask_base::host::run_logged(
+        cmd!(sh, "bash {script} {repo} {work}"),
+        &log,
+        "the install as a user with sudo",
+    );
+    // The user's clone and build are large; the log stays.
+    fs::remove_dir_all(&work).ok();
+    result.map(|_| ())
 }
 
 /// What `cargo xtask install lib exes` (upstream's `make lib_install exes_install`) leaves
