@@ -204,6 +204,8 @@ fn install_as_user_step(sh: &Shell) -> Result<()> {
     let script = paths::root().join("xtask/bench/scripts/install-as-user.sh");
     let repo = paths::root();
     let log = paths::build_dir().join("logs/install-as-user.log");
+    fs::create_dir_all(paths::build_dir().join("logs"))?;
+    fs::remove_file(&log).ok();
     let result = xtask_base::host::run_logged(
         cmd!(sh, "bash {script} {repo} {work}"),
         &log,
