@@ -5,12 +5,12 @@
 //! whose first `muInit` fails) there and opens twice more. Needs a host without an installed
 //! MUSA driver, as the CI host is (step 1 says so if one is found).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+
+use std::path::PathBuf;
 
 use nix::errno::Errno;
 
-const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
 /// Set in the child: the stand-in library to install under `MUSA_HOME`.
 const CHILD_ENV: &str = "GDRAPI_TEST_MUSA_RETRY_LIBRARY";
 const CHILD_TEST: &str = "child_opens_three_times";
@@ -41,42 +41,8 @@ fn child_opens_three_times() {
     assert_eq!(open(), Ok(()), "3: muInit is called again and succeeds");
 }
 
-/// tests/c/failing_musa.c as a shared library in `dir`.
-fn build_library(dir: &Path) -> PathBuf {
-    let library = dir.join("failing_musa.so");
-    let out = Command::new("cc")
-        .args(["-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", "-o"])
-        .arg(&library)
-        .arg(Path::new(MANIFEST_DIR).join("tests/c/failing_musa.c"))
-        .output()
-        .expect("running cc");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    library
-}
-
 #[test]
 fn a_failed_load_or_init_is_tried_again_at_the_next_open() {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("musa-retry");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("test directory");
-    let library = build_library(&dir);
-    let home = dir.join("musa-home");
-    let out = Command::new(std::env::current_exe().expect("test binary"))
-        .args([CHILD_TEST, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, &library)
-        .env(gdrapi::musa::MUSA_HOME_ENV, &home)
-        .env(gdrapi::USE_DMABUF_ENV, "1")
-        .env_remove("LD_LIBRARY_PATH")
-        .output()
-        .expect("running the child");
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (dir, library) = common::stand_in_musa("musa-retry");
+    common::run_child(CHILD_TEST, &dir.join("musa-home"), &[(CHILD_ENV, &library)]);
 }

@@ -29,7 +29,6 @@ use libloading::Library;
 use nix::errno::Errno;
 use nix::fcntl::{fcntl, FcntlArg, FdFlag};
 use nix::sys::mman::munmap;
-use nix::unistd::{getpid, Pid};
 
 use super::Backend;
 use crate::error::{Error, Result};
@@ -240,7 +239,8 @@ pub(crate) struct DmaBuf {
     /// The device whose primary context exports when the caller has no current context.
     device: MUdevice,
     page_size: usize,
-    opener: Pid,
+    /// The fork generation of the process that opened it (see `module::Driver`'s `opener`).
+    opener: u64,
     pins: Mutex<HashMap<u64, DmaPin>>,
     next_handle: AtomicU64,
 }
@@ -259,7 +259,7 @@ impl DmaBuf {
             musa,
             device,
             page_size,
-            opener: getpid(),
+            opener: crate::handles::fork_generation(),
             pins: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
         })
@@ -352,7 +352,7 @@ impl Backend for DmaBuf {
     }
 
     fn in_opener(&self) -> bool {
-        getpid() == self.opener
+        crate::handles::fork_generation() == self.opener
     }
 
     fn driver_version(&self) -> Result<u32> {
