@@ -27,8 +27,11 @@ use std::sync::{Mutex, Once, PoisonError};
 const SEGMENT_SHIFT: u32 = 12;
 const SEGMENT_LEN: usize = 1 << SEGMENT_SHIFT;
 const SEGMENTS: usize = 256;
-/// At most this many handles exist at once, process-wide.
-pub(crate) const MAX_LIVE_HANDLES: usize = SEGMENT_LEN * SEGMENTS;
+/// At most this many handles exist at once, process-wide. The table's last slot is never
+/// handed out: `copy_slot` sends a zero-initialised handle there, and a slot that was never
+/// used keeps key 0 with length 0, so handle 0 passes no copy check (the copy path skips
+/// size 0 before it looks). A used slot would keep its old base and length after its unmap.
+pub(crate) const MAX_LIVE_HANDLES: usize = SEGMENT_LEN * SEGMENTS - 1;
 
 const LIVE: u64 = 1;
 
@@ -583,6 +586,45 @@ mod tests {
             assert!(ran > 0 && refused > 0, "ran {ran}, refused {refused}");
             release(h);
         }
+    }
+
+    /// A zero-initialised handle reaches the table's last slot through `copy_slot` (index 0 - 1
+    /// wraps to it): once that slot has been mapped and unmapped its key is 0 again, equal to
+    /// the handle, and its old base and length must not make the copy check pass.
+    #[test]
+    fn handle_zero_never_matches_the_last_slot() {
+        init();
+        // Forked holding the allocator lock, so no other test thread holds it in the child; the
+        // child (its own copy of the table) may then use every slot.
+        let guard = ALLOCATOR.lock().unwrap_or_else(PoisonError::into_inner);
+        // SAFETY: the child allocates (glibc's malloc is fork-safe), reads and writes atomics,
+        // and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork");
+        drop(guard);
+        if pid == 0 {
+            let ok = std::panic::catch_unwind(|| {
+                let all: Vec<u64> = std::iter::from_fn(allocate).collect();
+                // Every segment exists now, the last one included.
+                let Some(last) = copy_slot(0) else {
+                    return false;
+                };
+                for &h in &all {
+                    if copy_slot(h).is_some_and(|s| std::ptr::eq(s, last)) {
+                        set_mapped(h, 0x50_0000, 0x1000);
+                        set_unmapped(h);
+                    }
+                }
+                !mapping_contains(0, 0x50_0000, 1) && !with_mapping(0, 0x50_0000, 1, || ())
+            })
+            .unwrap_or(false);
+            // SAFETY: leaving the forked child at once.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert_eq!(status, 0, "handle 0 matched an unmapped slot's stale range");
     }
 
     /// In a forked child no handle is mapped, whatever the parent's table says.

@@ -66,6 +66,13 @@ pub fn log(level: Level, args: fmt::Arguments<'_>) {
     }
 }
 
+/// A warning written whatever `GDRCOPY_ENABLE_LOGGING` and `GDRCOPY_LOG_LEVEL` say: for a
+/// setting the user made that the library ignores, which they would otherwise never learn.
+pub fn warn_always(args: fmt::Arguments<'_>) {
+    let line = format!("{}{}\n", Level::Warn.prefix(), args);
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
 pub fn debug(args: fmt::Arguments<'_>) {
     log(Level::Debug, args)
 }

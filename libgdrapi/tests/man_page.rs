@@ -135,6 +135,15 @@ fn the_page_has_the_sections_the_version_and_the_environment() {
         gdrapi::musa::MUSA_HOME_ENV,
     ]);
     assert_eq!(environment, read_by_the_library, "ENVIRONMENT");
+    // The names GDRCOPY_COPY_VARIANT accepts, where a reader looks them up.
+    let environment = section(&all, "ENVIRONMENT").join("\n").replace("\\-", "-");
+    for variant in gdrapi::copy::variants() {
+        assert!(
+            environment.contains(&format!(".BR {} ", variant.name)),
+            "ENVIRONMENT does not list the copy variant {}",
+            variant.name
+        );
+    }
     let files = section(&all, "FILES").join("\n");
     for path in [
         gdrapi::DEVICE_PATH,

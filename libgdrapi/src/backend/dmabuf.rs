@@ -4,7 +4,9 @@
 //!
 //! libmusa (found and its functions resolved as `crate::musa` says) is loaded on the
 //! first open of this backend and stays loaded for the life of the process: unloading a GPU
-//! driver library that may hold threads and handlers is not safe, and reloading costs.
+//! driver library that may hold threads and handlers is not safe, and reloading costs. Only
+//! success is kept: an open that finds no library, or whose `muInit` fails, leaves the next
+//! open to look (and initialise) again, so a driver installed or brought up later is found.
 //!
 //! How it differs from the module backend is written once, in gdrapi.h's overview (the
 //! `OVERVIEW` of xtask/src/codegen/gdrapi.rs); this file implements that list. MUSA errors
@@ -20,14 +22,13 @@ use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr};
 use std::num::NonZeroUsize;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
 use libloading::Library;
 use nix::errno::Errno;
 use nix::fcntl::{fcntl, FcntlArg, FdFlag};
 use nix::sys::mman::munmap;
-use nix::unistd::{getpid, Pid};
 
 use super::Backend;
 use crate::error::{Error, Result};
@@ -41,6 +42,9 @@ type MUcontext = *mut c_void;
 
 /// The MUSA driver API entry points the backend uses.
 struct Musa {
+    init: unsafe extern "C" fn(c_uint) -> MUresult,
+    /// `muInit` succeeded once: it need not be called again.
+    initialised: AtomicBool,
     device_get_count: unsafe extern "C" fn(*mut c_int) -> MUresult,
     device_get: unsafe extern "C" fn(*mut MUdevice, c_int) -> MUresult,
     device_get_attribute: unsafe extern "C" fn(*mut c_int, c_int, MUdevice) -> MUresult,
@@ -96,8 +100,9 @@ impl Musa {
                 })
             }};
         }
-        let init: unsafe extern "C" fn(c_uint) -> MUresult = sym!("muInit")?;
-        let musa = Musa {
+        Ok(Musa {
+            init: sym!("muInit")?,
+            initialised: AtomicBool::new(false),
             device_get_count: sym!("muDeviceGetCount")?,
             device_get: sym!("muDeviceGet")?,
             device_get_attribute: sym!("muDeviceGetAttribute")?,
@@ -108,11 +113,19 @@ impl Musa {
             mem_get_handle: sym!("muMemGetHandleForAddressRange")?,
             get_error_name: sym!("muGetErrorName").ok(),
             _lib: lib,
-        };
+        })
+    }
+
+    /// `muInit`, until it has succeeded once (it may be called any number of times).
+    fn init(&self) -> std::result::Result<(), Unavailable> {
+        if self.initialised.load(Ordering::Acquire) {
+            return Ok(());
+        }
         // SAFETY: muInit takes no pointers.
-        let rc = unsafe { init(0) };
-        musa.available("muInit", rc)?;
-        Ok(musa)
+        let rc = unsafe { (self.init)(0) };
+        self.available("muInit", rc)?;
+        self.initialised.store(true, Ordering::Release);
+        Ok(())
     }
 
     /// The code's MUSA name, for the log.
@@ -189,9 +202,26 @@ impl Musa {
     }
 }
 
+/// libmusa, loaded and initialised. A failure is not kept: the next call tries again.
 fn musa() -> std::result::Result<&'static Musa, Unavailable> {
-    static MUSA: OnceLock<std::result::Result<Musa, Unavailable>> = OnceLock::new();
-    MUSA.get_or_init(Musa::load).as_ref().map_err(Clone::clone)
+    static MUSA: OnceLock<Musa> = OnceLock::new();
+    /// One load at a time, so that two threads never both load.
+    static LOADING: Mutex<()> = Mutex::new(());
+    let musa = match MUSA.get() {
+        Some(musa) => musa,
+        None => {
+            let _one = LOADING.lock().unwrap_or_else(PoisonError::into_inner);
+            match MUSA.get() {
+                Some(musa) => musa,
+                None => {
+                    let loaded = Musa::load()?;
+                    MUSA.get_or_init(|| loaded)
+                }
+            }
+        }
+    };
+    musa.init()?;
+    Ok(musa)
 }
 
 /// One pin: the dma-buf of `[va, va + size)` and whether it is mapped.
@@ -209,13 +239,14 @@ pub(crate) struct DmaBuf {
     /// The device whose primary context exports when the caller has no current context.
     device: MUdevice,
     page_size: usize,
-    opener: Pid,
+    /// The fork generation of the process that opened it (see `module::Driver`'s `opener`).
+    opener: u64,
     pins: Mutex<HashMap<u64, DmaPin>>,
     next_handle: AtomicU64,
 }
 
 impl DmaBuf {
-    /// Loads libmusa (once per process) and finds a device that exports dma-bufs; logs
+    /// Loads libmusa (until that succeeds once per process) and finds a device that exports dma-bufs; logs
     /// nothing, the caller says why in one line.
     pub fn open() -> std::result::Result<DmaBuf, Unavailable> {
         let musa = musa()?;
@@ -228,7 +259,7 @@ impl DmaBuf {
             musa,
             device,
             page_size,
-            opener: getpid(),
+            opener: crate::handles::fork_generation(),
             pins: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
         })
@@ -321,7 +352,7 @@ impl Backend for DmaBuf {
     }
 
     fn in_opener(&self) -> bool {
-        getpid() == self.opener
+        crate::handles::fork_generation() == self.opener
     }
 
     fn driver_version(&self) -> Result<u32> {

@@ -11,7 +11,6 @@ use nix::errno::Errno;
 use nix::fcntl::{open, OFlag};
 use nix::sys::mman::munmap;
 use nix::sys::stat::Mode;
-use nix::unistd::{getpid, Pid};
 
 use super::Backend;
 use crate::error::{Error, Result};
@@ -77,8 +76,10 @@ pub(crate) struct Driver {
     version: u32,
     page_size: usize,
     /// The driver serves only the process that opened the file; a forked child must not touch
-    /// the parent's mappings (they are not inherited, and the addresses may be reused).
-    opener: Pid,
+    /// the parent's mappings (they are not inherited, and the addresses may be reused). The
+    /// fork generation it opened at, not its PID: a child in a new PID namespace, or one with a
+    /// reused PID, can have the opener's PID.
+    opener: u64,
 }
 
 /// Issues one ioctl; `what` names it in the error.
@@ -109,7 +110,7 @@ impl Driver {
             fd,
             version: 0,
             page_size: host_page_size()?,
-            opener: getpid(),
+            opener: crate::handles::fork_generation(),
         };
         driver.version = driver.handshake()?;
         Ok(driver)
@@ -156,7 +157,7 @@ impl Driver {
 
     /// Whether the calling process is the one that opened the device.
     pub fn in_opener(&self) -> bool {
-        getpid() == self.opener
+        crate::handles::fork_generation() == self.opener
     }
 
     pub fn supports(&self, since: u32) -> bool {

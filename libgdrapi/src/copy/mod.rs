@@ -101,26 +101,39 @@ pub fn default_variant() -> &'static Variant {
 
 fn select() -> &'static Variant {
     let best = default_variant();
-    let chosen = match std::env::var(VARIANT_ENV) {
-        Ok(name) => match variants().iter().find(|v| v.name == name) {
-            Some(v) if v.is_supported() => v,
-            Some(_) => {
-                crate::log::warn(format_args!(
-                    "{VARIANT_ENV}={name}: this CPU lacks the features it needs; using {}",
-                    best.name
-                ));
-                best
-            }
+    // A value that selects nothing is ignored with one warning, logging on or off: a tuning
+    // knob that silently does nothing costs users hours. Runs once per process.
+    let chosen = match std::env::var_os(VARIANT_ENV) {
+        None => best,
+        Some(value) => match value.to_str() {
+            Some(name) => match variants().iter().find(|v| v.name == name) {
+                Some(v) if v.is_supported() => v,
+                Some(_) => {
+                    crate::log::warn_always(format_args!(
+                        "{VARIANT_ENV}={name}: this CPU lacks the features it needs; using {}",
+                        best.name
+                    ));
+                    best
+                }
+                None => {
+                    crate::log::warn_always(format_args!(
+                        "{VARIANT_ENV}={name}: unknown variant (known: {}); using {}",
+                        variant_names(),
+                        best.name
+                    ));
+                    best
+                }
+            },
             None => {
-                crate::log::warn(format_args!(
-                    "{VARIANT_ENV}={name}: unknown variant (known: {}); using {}",
+                crate::log::warn_always(format_args!(
+                    "{VARIANT_ENV}={}: not UTF-8, so no variant (known: {}); using {}",
+                    value.to_string_lossy(),
                     variant_names(),
                     best.name
                 ));
                 best
             }
         },
-        Err(_) => best,
     };
     crate::log::info(format_args!("copy variant: {}", chosen.name));
     chosen
