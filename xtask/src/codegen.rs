@@ -7,6 +7,7 @@
 //! - The maintainer and homepage in debian/copyright and the Cargo.toml files, from
 //!   debian/control (identity.rs).
 //! - The third-party part of debian/copyright, from Cargo.lock (licences.rs).
+//! - The version in the hand-written manual pages' `.TH` lines, from the crates (manpages.rs).
 
 use fs_err as fs;
 use std::fmt::Write as _;
@@ -18,6 +19,7 @@ use xtask_base::generated::Generated;
 use xtask_base::paths;
 
 mod gdrapi;
+mod manpages;
 
 /// The generated files whose contents on disk differ from what would be generated.
 fn stale_files() -> Result<Vec<Generated>> {
@@ -57,6 +59,7 @@ pub fn generate_all() -> Result<Vec<Generated>> {
     ];
     all.push(xtask_pack::identity::cargo_manifest(&root, &identity)?);
     all.push(xtask_pack::licences::generate(&root, &identity)?);
+    all.extend(manpages::versions(&root)?);
     Ok(all)
 }
 

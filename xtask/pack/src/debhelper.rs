@@ -36,6 +36,9 @@ const INPUTS: &[&str] = &[
     "Cargo.toml",
     "Cargo.lock",
     "README.md",
+    // dh_installchangelogs installs it as every package's upstream changelog, as it does in the
+    // source package's build: the two builds must ship the same files.
+    "CHANGELOG.md",
 ];
 
 /// What the `deb-*` commands run besides cargo: dpkg-buildpackage (dpkg-dev) with debhelper,
