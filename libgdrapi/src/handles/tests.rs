@@ -1,0 +1,228 @@
+use super::*;
+
+/// Runs `copy` if `[ptr, ptr + len)` lies inside the live mapping of `handle` (see [`enter`]);
+/// false, with nothing run, if not.
+fn with_mapping(handle: u64, ptr: usize, len: usize, copy: impl FnOnce()) -> bool {
+    let copying = match enter(handle, ptr, len) {
+        Entry::Inside(copying) => Some(copying),
+        Entry::Outside => None,
+        Entry::NoHazard => enter_cold(handle, ptr, len),
+    };
+    match copying {
+        Some(_copying) => {
+            copy();
+            true
+        }
+        None => false,
+    }
+}
+
+#[test]
+fn handles_are_never_zero_and_stale_ones_are_refused() {
+    let a = allocate().expect("slot");
+    assert_ne!(a, 0);
+    assert!(is_live(a));
+    set_mapped(a, 0x1000, 0x2000);
+    assert!(mapping_contains(a, 0x1000, 0x2000));
+    assert!(mapping_contains(a, 0x2fff, 1));
+    assert!(!mapping_contains(a, 0x2fff, 2));
+    assert!(!mapping_contains(a, 0xfff, 1));
+    assert!(!mapping_contains(a, usize::MAX, 2));
+    set_unmapped(a);
+    assert!(!mapping_contains(a, 0x1000, 1));
+    release(a);
+    assert!(!is_live(a));
+    let b = allocate().expect("slot");
+    assert_ne!(a, b, "a reused slot gets a new generation");
+    assert!(!is_live(a));
+    release(b);
+    assert!(!is_live(0));
+    assert!(!is_live(u64::MAX));
+}
+
+/// Copies racing an unmap: none runs after `quiesce` returned, and each either ran or
+/// was refused.
+#[test]
+fn no_copy_runs_after_the_unmap_quiesced() {
+    use std::sync::atomic::AtomicBool;
+    init();
+    for _ in 0..10 {
+        let h = allocate().expect("slot");
+        set_mapped(h, 0x10_0000, 0x1000);
+        let gone = AtomicBool::new(false);
+        let stop = AtomicBool::new(false);
+        let started = AtomicU64::new(0);
+        let (ran, refused) = std::thread::scope(|s| {
+            let copiers: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        let (mut ran, mut refused) = (0u64, 0u64);
+                        while !stop.load(Ordering::Acquire) {
+                            let copied = with_mapping(h, 0x10_0800, 16, || {
+                                // A copy long enough to overlap the unmap.
+                                for _ in 0..2000 {
+                                    std::hint::spin_loop();
+                                }
+                                assert!(!gone.load(Ordering::SeqCst), "copy after unmap");
+                            });
+                            if copied {
+                                if ran == 0 {
+                                    started.fetch_add(1, Ordering::SeqCst);
+                                }
+                                ran += 1;
+                            } else {
+                                refused += 1;
+                            }
+                        }
+                        (ran, refused)
+                    })
+                })
+                .collect();
+            while started.load(Ordering::SeqCst) < 4 {
+                std::thread::yield_now();
+            }
+            set_unmapped(h);
+            quiesce(&[h]);
+            gone.store(true, Ordering::SeqCst);
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            stop.store(true, Ordering::Release);
+            copiers
+                .into_iter()
+                .map(|c| c.join().expect("copier"))
+                .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+        });
+        assert!(ran > 0 && refused > 0, "ran {ran}, refused {refused}");
+        release(h);
+    }
+}
+
+/// A zero-initialised handle reaches the table's last slot through `copy_slot` (index 0 - 1
+/// wraps to it): once that slot has been mapped and unmapped its key is 0 again, equal to
+/// the handle, and its old base and length must not make the copy check pass.
+#[test]
+fn handle_zero_never_matches_the_last_slot() {
+    init();
+    // Forked holding the allocator lock, so no other test thread holds it in the child; the
+    // child (its own copy of the table) may then use every slot.
+    let guard = ALLOCATOR.lock().unwrap_or_else(PoisonError::into_inner);
+    // SAFETY: the child allocates (glibc's malloc is fork-safe), reads and writes atomics,
+    // and leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    drop(guard);
+    if pid == 0 {
+        let ok = std::panic::catch_unwind(|| {
+            let all: Vec<u64> = std::iter::from_fn(allocate).collect();
+            // Every segment exists now, the last one included.
+            let Some(last) = copy_slot(0) else {
+                return false;
+            };
+            for &h in &all {
+                if copy_slot(h).is_some_and(|s| std::ptr::eq(s, last)) {
+                    set_mapped(h, 0x50_0000, 0x1000);
+                    set_unmapped(h);
+                }
+            }
+            !mapping_contains(0, 0x50_0000, 1) && !with_mapping(0, 0x50_0000, 1, || ())
+        })
+        .unwrap_or(false);
+        // SAFETY: leaving the forked child at once.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(status, 0, "handle 0 matched an unmapped slot's stale range");
+}
+
+/// In a forked child no handle is mapped, whatever the parent's table says.
+#[test]
+fn a_forked_child_sees_no_mapping() {
+    init();
+    let h = allocate().expect("slot");
+    set_mapped(h, 0x20_0000, 0x1000);
+    let before = fork_generation();
+    // SAFETY: the child only reads atomics and leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        let ok = !mapping_contains(h, 0x20_0000, 1)
+            && !with_mapping(h, 0x20_0000, 1, || ())
+            && fork_generation() == before + 1;
+        // SAFETY: leaving the forked child at once.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(status, 0, "the child saw the parent's mapping");
+    assert!(mapping_contains(h, 0x20_0000, 1), "the parent still does");
+    release(h);
+}
+
+/// Runs `body` in a forked child (single-threaded, its own copy of the statics) and
+/// asserts it exits with 0. `body` must take no lock another test thread may have held at
+/// the fork (so no `allocate`/`release`).
+fn in_child(body: impl FnOnce() -> bool) {
+    // SAFETY: the child only runs `body` (atomics, thread-locals, thread creation) and
+    // leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(false);
+        // SAFETY: leaving the forked child at once.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(status, 0, "the child's checks failed");
+}
+
+/// Without membarrier a thread's hazard is never installed for the fence-less path: every
+/// copy goes through `enter_cold`, which fences, and still sees mappings come and go.
+#[test]
+fn without_membarrier_copies_take_the_fenced_path() {
+    init();
+    let h = allocate().expect("slot");
+    in_child(|| {
+        // (The fork handler unmapped everything: map in the child.)
+        set_mapped(h, 0x30_0000, 0x1000);
+        FENCED.store(true, Ordering::Relaxed);
+        current::set(None);
+        let mut ran = 0;
+        let inside = with_mapping(h, 0x30_0800, 8, || ran += 1);
+        let installed = current::get().is_some();
+        set_unmapped(h);
+        let after = with_mapping(h, 0x30_0800, 8, || ran += 1);
+        inside && !after && ran == 1 && !installed && current::get().is_none()
+    });
+    release(h);
+}
+
+/// A thread's hazard goes back when the thread exits, and the thread-local pointer with it.
+#[test]
+fn an_exiting_thread_gives_its_hazard_back() {
+    init();
+    let h = allocate().expect("slot");
+    in_child(|| {
+        set_mapped(h, 0x40_0000, 0x1000);
+        let taken = || {
+            HAZARDS
+                .iter()
+                .filter(|h| h.taken.load(Ordering::SeqCst))
+                .count()
+        };
+        let before = taken();
+        let during = std::thread::spawn(move || {
+            let copied = with_mapping(h, 0x40_0000, 1, || ());
+            (copied, current::get().is_some(), taken())
+        })
+        .join();
+        let Ok((copied, installed, during)) = during else {
+            return false;
+        };
+        copied && installed && during == before + 1 && taken() == before
+    });
+    release(h);
+}
