@@ -20,12 +20,6 @@ use xtask_pack::stage::Package;
 
 use crate::{aptrepo, kernel, vmtest};
 
-fn apt_install(sh: &Shell, root: &Root, debs: &[String]) -> Result<String> {
-    let mut args = vec!["apt-get", "install", "-y", "-q", "--no-install-recommends"];
-    args.extend(debs.iter().map(String::as_str));
-    root.run(sh, &args)
-}
-
 pub(super) fn install_test(sh: &Shell, debs: &[Built]) -> Result<()> {
     host::ensure_host_packages(vmtest::HOST_PACKAGES)?;
     // The roots in build/pkgtest/ are one run's at a time.
@@ -81,7 +75,7 @@ pub(super) fn install_test(sh: &Shell, debs: &[Built]) -> Result<()> {
         &container,
         &[find(debs, Package::Lib)?, find(debs, Package::Tests)?],
     )?;
-    apt_install(sh, &container, &inside)?;
+    container.apt_install(sh, &inside.iter().map(String::as_str).collect::<Vec<_>>())?;
     for absent in ["dkms", "mtgdrdrv-dkms", "linux-headers-amd64"] {
         let (_, status, _) =
             container.output(sh, &["dpkg-query", "-W", "-f", "${Status}", absent])?;
@@ -126,7 +120,7 @@ pub(super) fn install_test(sh: &Shell, debs: &[Built]) -> Result<()> {
     let t = Instant::now();
     let bundle = find(debs, Package::Bundle)?;
     let inside = put_debs(&host, &[bundle])?;
-    let output = apt_install(sh, &host, &inside)?;
+    let output = host.apt_install(sh, &inside.iter().map(String::as_str).collect::<Vec<_>>())?;
     check_dkms_installed(sh, &host, &release, kmod_version, &output)?;
     let status = host.run(sh, &["dpkg-query", "-W", "-f", "${Version}", "mtgdrcopy"])?;
     ensure!(
@@ -220,17 +214,7 @@ fn install_from_repo(sh: &Shell, host: &Root, debs: &[Built]) -> Result<String> 
         ),
     )?;
     host.run(sh, &update)?;
-    let output = host.run(
-        sh,
-        &[
-            "apt-get",
-            "install",
-            "-y",
-            "-q",
-            "--no-install-recommends",
-            "mtgdrcopy",
-        ],
-    )?;
+    let output = host.apt_install(sh, &["mtgdrcopy"])?;
     for package in Package::SPLIT {
         let built = find(debs, package)?;
         let installed = host.run(

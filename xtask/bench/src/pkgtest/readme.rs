@@ -156,20 +156,7 @@ pub(super) fn test(
     // and dpkg-source for `apt-get source`: from the root's Debian archive, into this run's
     // upper directory only.
     root.run(sh, &["apt-get", "update", "-q"])?;
-    root.run(
-        sh,
-        &[
-            "apt-get",
-            "install",
-            "-y",
-            "-q",
-            "--no-install-recommends",
-            "curl",
-            "gpg",
-            "sudo",
-            "dpkg-dev",
-        ],
-    )?;
+    root.apt_install(sh, &["curl", "gpg", "sudo", "dpkg-dev"])?;
     let scratch = paths::build_dir().join("pkgtest");
     let files: Vec<PathBuf> = debs.iter().map(|d| d.path.clone()).collect();
     let repo = aptrepo::build(

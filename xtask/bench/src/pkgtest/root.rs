@@ -109,6 +109,14 @@ impl Root {
         Ok(stdout)
     }
 
+    /// `apt-get install` of `packages` (names, or paths of .debs inside the root) without
+    /// recommends, as [`run`](Self::run) runs it.
+    pub fn apt_install(&self, sh: &Shell, packages: &[&str]) -> Result<String> {
+        let mut args = vec!["apt-get", "install", "-y", "-q", "--no-install-recommends"];
+        args.extend_from_slice(packages);
+        self.run(sh, &args)
+    }
+
     /// Like `run` but returns (success, stdout, stderr) whatever the exit status.
     pub fn output(&self, sh: &Shell, args: &[&str]) -> Result<(bool, String, String)> {
         let wrapper = in_root_script()?;
@@ -318,21 +326,9 @@ pub fn dkms_layers(sh: &Shell, kernel: &Kernel) -> Result<Vec<PathBuf>> {
         )?;
         let headers = format!("linux-headers-{release}={version}");
         root.run(sh, &["apt-get", "update", "-q"])?;
-        root.run(
+        root.apt_install(
             sh,
-            &[
-                "apt-get",
-                "install",
-                "-y",
-                "-q",
-                "--no-install-recommends",
-                "dkms",
-                &headers,
-                "udev",
-                "openssl",
-                "libc6-dev",
-                "pkgconf",
-            ],
+            &["dkms", &headers, "udev", "openssl", "libc6-dev", "pkgconf"],
         )
         .with_context(|| {
             format!(
@@ -399,9 +395,7 @@ pub fn bullseye_layers(sh: &Shell) -> Result<Vec<PathBuf>> {
             scratch.join("apt.log"),
         )?;
         root.run(sh, &["apt-get", "update", "-q"])?;
-        let mut install = vec!["apt-get", "install", "-y", "-q", "--no-install-recommends"];
-        install.extend_from_slice(BULLSEYE_PACKAGES);
-        root.run(sh, &install)?;
+        root.apt_install(sh, BULLSEYE_PACKAGES)?;
         root.run(sh, &["apt-get", "clean"])?;
         eprintln!(
             "    bullseye layer ready ({:.0} s)",
