@@ -18,6 +18,16 @@
  *    system call. A copy racing gdr_unmap/gdr_unpin_buffer/gdr_close of its handle in another
  *    thread either completes before the mapping goes (the unmap waits for it) or returns EINVAL;
  *    it never faults and never touches the address once the unmap has returned.
+ *  - Signals: a copy is async-signal-safe on a thread that has completed a copy before, also
+ *    when the handler interrupted a copy of that thread. A thread's first copy sets up its state
+ *    (it may lock and allocate): it must not run in a signal handler. No other call is
+ *    async-signal-safe.
+ *  - membarrier(2): unmaps order themselves against copies with MEMBARRIER_CMD_PRIVATE_EXPEDITED.
+ *    If it starts failing after copies ran (a seccomp filter installed later), an unmap whose
+ *    mapping other threads may still copy through keeps it mapped, leaked until exit (one line
+ *    on stderr says so), rather than free memory in use; the handle is unmapped all the same
+ *    (copies return EINVAL, gdr_map returns EBUSY). Threads that copy for the first time after
+ *    that fence every copy themselves and do not cause leaks.
  *  - Handles: gdr_mh_t.h is an opaque, never-zero value. A handle of another gdr_t, or one that
  *    was unpinned, is refused with EINVAL; a copy whose device range is not inside the handle's
  *    live mapping is refused with EINVAL.
@@ -38,9 +48,12 @@
  *  - Mappings are write-combining by default; GDR_MAP_FLAG_REQ_DEVICE_MAPPING gives an uncached
  *    mapping, GDR_MAP_FLAG_REQ_CACHE_MAPPING is refused (EOPNOTSUPP: BAR memory is not coherent).
  *    One mapping per handle (EAGAIN); gdr_unmap needs the address and size given to gdr_map.
- *  - gdr_close unmaps and unpins everything the gdr_t still owns and always frees it.
+ *  - gdr_close unmaps and unpins everything the gdr_t still owns and always closes it. A closed
+ *    gdr_t is refused with EINVAL by every call (a second gdr_close included, and a call racing
+ *    the close): its small allocation is kept for the life of the process for that.
  *  - fork: the child inherits no mapping (its copies through inherited handles return EINVAL)
- *    and the driver refuses its ioctls (EACCES). The child may call gdr_close on an inherited
+ *    and the driver refuses its ioctls (EACCES). A fork while other threads pin, unpin or close
+ *    never leaves one of the library's locks held in the child. The child may call gdr_close on an inherited
  *    gdr_t (it frees the child's copy without touching the parent's pins) and gdr_open for its
  *    own; nothing else.
  *  - Copies touch device memory only with naturally aligned 1-64 byte accesses and end with a
@@ -167,12 +180,12 @@ extern "C" {
 gdr_t gdr_open(void);
 
 /**
- * Unmaps and unpins everything `g` still owns, closes the device and frees `g` — always, even
- * when an unpin fails (whose errno is then returned). In a forked child it only frees the
- * child's copy: the pins belong to the parent.
+ * Unmaps and unpins everything `g` still owns and closes the device — always, even when an
+ * unpin fails (whose errno is then returned). In a forked child it only lets go of the child's
+ * share: the pins belong to the parent. `EINVAL` for NULL and for a `gdr_t` already closed.
  *
  * # Safety
- * `g` is NULL or a live `gdr_t`; it is invalid afterwards.
+ * `g` is NULL or a value `gdr_open` returned.
  */
 int gdr_close(gdr_t g);
 
@@ -180,7 +193,7 @@ int gdr_close(gdr_t g);
  * Pins with upstream's legacy tokens, which mtgpu does not have: both must be 0.
  *
  * # Safety
- * `g` is a live `gdr_t`; `handle` is NULL or writable.
+ * `g` is NULL or a value `gdr_open` returned (a closed one gives `EINVAL`); `handle` is NULL or writable.
  */
 int gdr_pin_buffer(gdr_t g,
                    unsigned long addr,
@@ -191,16 +204,20 @@ int gdr_pin_buffer(gdr_t g,
 
 /**
  * # Safety
- * `g` is a live `gdr_t`; `handle` is NULL or writable.
+ * `g` is NULL or a value `gdr_open` returned (a closed one gives `EINVAL`); `handle` is NULL or writable.
  */
-int gdr_pin_buffer_v2(gdr_t g, unsigned long addr, size_t size, uint32_t flags, gdr_mh_t *handle);
+int gdr_pin_buffer_v2(gdr_t g,
+                      unsigned long addr,
+                      size_t size,
+                      uint32_t flags,
+                      gdr_mh_t *handle);
 
 /**
  * Unmaps the buffer if still mapped (as `gdr_unmap`, waiting for copies in flight), then
  * unpins it. The handle is retired even if the driver reports an error.
  *
  * # Safety
- * `g` is a live `gdr_t`.
+ * `g` is NULL or a value `gdr_open` returned (a closed one gives `EINVAL`).
  */
 int gdr_unpin_buffer(gdr_t g, gdr_mh_t handle);
 
@@ -208,15 +225,19 @@ int gdr_unpin_buffer(gdr_t g, gdr_mh_t handle);
  * Always 0 on mtgpu: there is no invalidation callback.
  *
  * # Safety
- * `g` is a live `gdr_t`; `flag` is NULL or writable.
+ * `g` is NULL or a value `gdr_open` returned (a closed one gives `EINVAL`); `flag` is NULL or writable.
  */
-int gdr_get_callback_flag(gdr_t g, gdr_mh_t handle, int *flag);
+int gdr_get_callback_flag(gdr_t g,
+                          gdr_mh_t handle,
+                          int *flag);
 
 /**
  * # Safety
- * `g` is a live `gdr_t`; `info` is NULL or points to a writable `gdr_info_v2_t`.
+ * `g` is NULL or a value `gdr_open` returned (a closed one gives `EINVAL`); `info` is NULL or points to a writable `gdr_info_v2_t`.
  */
-int gdr_get_info_v2(gdr_t g, gdr_mh_t handle, gdr_info_v2_t *info);
+int gdr_get_info_v2(gdr_t g,
+                    gdr_mh_t handle,
+                    gdr_info_v2_t *info);
 
 /**
  * # Safety
@@ -230,9 +251,13 @@ int gdr_map(gdr_t g, gdr_mh_t handle, void **va, size_t size);
  * `EINVAL`. On the dma-buf backend only DEFAULT and WC requests map (the type is fixed at pin).
  *
  * # Safety
- * `g` is a live `gdr_t`; `va` is NULL or writable.
+ * `g` is NULL or a value `gdr_open` returned (a closed one gives `EINVAL`); `va` is NULL or writable.
  */
-int gdr_map_v2(gdr_t g, gdr_mh_t handle, void **va, size_t size, int flags);
+int gdr_map_v2(gdr_t g,
+               gdr_mh_t handle,
+               void **va,
+               size_t size,
+               int flags);
 
 /**
  * Unmaps what `gdr_map` returned: `va` must be that address and `size` round up to the same
@@ -240,9 +265,12 @@ int gdr_map_v2(gdr_t g, gdr_mh_t handle, void **va, size_t size, int flags);
  * flight in another thread is waited for before the memory goes.
  *
  * # Safety
- * `g` is a live `gdr_t`; no access through the mapping may follow.
+ * `g` is NULL or a value `gdr_open` returned (a closed one gives `EINVAL`); no access through the mapping may follow.
  */
-int gdr_unmap(gdr_t g, gdr_mh_t handle, void *va, size_t size);
+int gdr_unmap(gdr_t g,
+              gdr_mh_t handle,
+              void *va,
+              size_t size);
 
 /**
  * Host → device. `map_d_ptr .. + size` must lie inside the live mapping of `handle`, else
@@ -276,18 +304,22 @@ void gdr_runtime_get_version(int *major, int *minor);
  * untouched; EINVAL for a NULL output.
  *
  * # Safety
- * `g` is a live `gdr_t`; each pointer is NULL or writable.
+ * `g` is NULL or a value `gdr_open` returned (a closed one gives `EINVAL`); each pointer is NULL or writable.
  */
-int gdr_driver_get_version(gdr_t g, int *major, int *minor);
+int gdr_driver_get_version(gdr_t g,
+                           int *major,
+                           int *minor);
 
 /**
  * `*v` = the attribute's value: GDR_ATTR_USING_DMA_BUF_MMAP is 1 on the dma-buf backend, 0 on
  * the module's. EINVAL for an unknown attribute.
  *
  * # Safety
- * `g` is a live `gdr_t`; `v` is NULL or writable.
+ * `g` is NULL or a value `gdr_open` returned (a closed one gives `EINVAL`); `v` is NULL or writable.
  */
-int gdr_get_attribute(gdr_t g, gdr_attr_t attr, int *v);
+int gdr_get_attribute(gdr_t g,
+                      gdr_attr_t attr,
+                      int *v);
 
 /**
  * # Safety

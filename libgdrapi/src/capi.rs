@@ -9,17 +9,21 @@
 #![doc = include_str!("capi/overview.md")]
 #![allow(non_camel_case_types)]
 
-use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Mutex, PoisonError};
 
 use nix::errno::Errno;
 
 use crate::error::Error;
-use crate::gdr::{Gdr, PinnedBuffer, RawMapping};
 use crate::types::{Attribute, MapRequest, MappingType, PinFlags};
-use crate::{copy, handles, log, pages, version};
+use crate::{handles, log, pages, version};
+
+mod copying;
+mod open;
+
+use copying::{checked_copy, FromDevice, ToDevice};
+use open::Open;
+pub use open::{gdr, gdr_t};
 
 pub const MAJOR_VERSION_SHIFT: c_int = 16;
 pub const MINOR_VERSION_MASK: c_uint = 0xffff;
@@ -106,19 +110,6 @@ pub const C_ENUMS: &[CEnum] = &[
 pub type gdr_mapping_type_t = c_int;
 pub type gdr_attr_t = c_int;
 
-/// An open device and the handles it owns. `gdr_t` in C.
-pub struct gdr {
-    gdr: Gdr,
-    memhs: Mutex<HashMap<u64, Memh>>,
-}
-
-pub type gdr_t = *mut gdr;
-
-struct Memh {
-    pin: PinnedBuffer,
-    mapping: Option<RawMapping>,
-}
-
 /// A pinned-buffer handle, passed by value. 0 is never a valid handle.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -185,13 +176,13 @@ fn einval(call: &'static str) -> Error {
     Error::new(call, Errno::EINVAL)
 }
 
-/// The `gdr_t` argument as a reference; returns EINVAL from the enclosing closure (run by
-/// [`guard`]) for NULL. Only for entry points whose contract is "`g` is NULL or a live `gdr_t`".
+/// The `gdr_t` argument, open; returns EINVAL from the enclosing closure (run by [`guard`]) for
+/// NULL or a closed `gdr_t`.
 macro_rules! try_gdr {
     ($g:expr) => {{
         let g: gdr_t = $g;
-        // SAFETY: the entry point's contract: NULL or a live `gdr_t` from `gdr_open`.
-        unsafe { g.as_ref() }.ok_or(einval("gdr_t"))?
+        // SAFETY: the entry point's contract: NULL or a value `gdr_open` returned.
+        unsafe { Open::get(g) }?
     }};
 }
 
@@ -205,100 +196,31 @@ macro_rules! try_out {
     }};
 }
 
-impl gdr {
-    fn memhs(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Memh>> {
-        self.memhs.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn with_memh<T>(
-        &self,
-        handle: gdr_mh_t,
-        f: impl FnOnce(&mut Memh) -> Result<T, Error>,
-    ) -> Result<T, Error> {
-        let mut memhs = self.memhs();
-        let memh = memhs.get_mut(&handle.key()).ok_or(einval("gdr_mh_t"))?;
-        f(memh)
-    }
-
-    fn add(&self, pin: PinnedBuffer) -> Result<gdr_mh_t, Error> {
-        let h = handles::allocate().ok_or(Error::new("gdr_pin_buffer", Errno::ENOMEM))?;
-        self.memhs().insert(h, Memh { pin, mapping: None });
-        Ok(gdr_mh_t { h: h as c_ulong })
-    }
-
-    /// Unmaps (in the opening process only) and unpins everything; returns the first error.
-    fn release_all(&self) -> Result<(), Error> {
-        let drained: Vec<(u64, Memh)> = self.memhs().drain().collect();
-        let in_opener = self.gdr.in_opener();
-        let mut first_error = None;
-        let keys: Vec<u64> = drained.iter().map(|(h, _)| *h).collect();
-        for &h in &keys {
-            handles::release(h);
-        }
-        handles::quiesce(&keys);
-        for (_, mut memh) in drained {
-            if let Some(mut mapping) = memh.mapping.take() {
-                // SAFETY: the handle is retired and no copy through it is in flight.
-                if let Err(e) = unsafe { mapping.unmap() } {
-                    first_error.get_or_insert(e);
-                }
-            }
-            if in_opener {
-                if let Err(e) = memh.pin.unpin() {
-                    first_error.get_or_insert(e);
-                }
-            } else {
-                // The parent still owns these pins; the child only lets go of its share.
-                memh.pin.forget_in_child();
-            }
-        }
-        first_error.map_or(Ok(()), Err)
-    }
-}
-
 /// Opens a backend: /dev/mtgdrdrv, else (or with GDRCOPY_USE_DMABUF_MMAP=1) the dma-buf
 /// backend. NULL with errno set on failure (with logging on, one line says why): the device's
 /// open errno when neither backend works, EPROTO when the module and the library do not accept
 /// each other (no fallback then), EOPNOTSUPP when forced and no device supports dma-buf.
 #[no_mangle]
 pub extern "C" fn gdr_open() -> gdr_t {
-    let result = catch_unwind(Gdr::open);
-    match result {
-        Ok(Ok(gdr_)) => Box::into_raw(Box::new(gdr {
-            gdr: gdr_,
-            memhs: Mutex::new(HashMap::new()),
-        })),
-        Ok(Err(e)) => {
-            Errno::set_raw(e.errno() as i32);
-            std::ptr::null_mut()
-        }
-        Err(_) => {
-            Errno::set_raw(Errno::EIO as i32);
-            std::ptr::null_mut()
-        }
-    }
+    open::open()
 }
 
-/// Unmaps and unpins everything `g` still owns, closes the device and frees `g` — always, even
-/// when an unpin fails (whose errno is then returned). In a forked child it only frees the
-/// child's copy: the pins belong to the parent.
+/// Unmaps and unpins everything `g` still owns and closes the device — always, even when an
+/// unpin fails (whose errno is then returned). In a forked child it only lets go of the child's
+/// share: the pins belong to the parent. `EINVAL` for NULL and for a `gdr_t` already closed.
 ///
 /// # Safety
-/// `g` is NULL or a live `gdr_t`; it is invalid afterwards.
+/// `g` is NULL or a value `gdr_open` returned.
 #[no_mangle]
 pub unsafe extern "C" fn gdr_close(g: gdr_t) -> c_int {
-    if g.is_null() {
-        return Errno::EINVAL as c_int;
-    }
-    // SAFETY: `g` came from `Box::into_raw` in `gdr_open` and is not used after this call.
-    let owned = unsafe { Box::from_raw(g) };
-    guard(move || owned.release_all())
+    // SAFETY: forwarded caller guarantee.
+    unsafe { open::close(g) }
 }
 
 /// Pins with upstream's legacy tokens, which mtgpu does not have: both must be 0.
 ///
 /// # Safety
-/// `g` is a live `gdr_t`; `handle` is NULL or writable.
+/// `g` is NULL or a value `gdr_open` returned (a closed one gives `EINVAL`); `handle` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn gdr_pin_buffer(
     g: gdr_t,
@@ -320,7 +242,7 @@ pub unsafe extern "C" fn gdr_pin_buffer(
 }
 
 /// # Safety
-/// `g` is a live `gdr_t`; `handle` is NULL or writable.
+/// `g` is NULL or a value `gdr_open` returned (a closed one gives `EINVAL`); `handle` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn gdr_pin_buffer_v2(
     g: gdr_t,
@@ -342,29 +264,20 @@ pub unsafe extern "C" fn gdr_pin_buffer_v2(
 /// unpins it. The handle is retired even if the driver reports an error.
 ///
 /// # Safety
-/// `g` is a live `gdr_t`.
+/// `g` is NULL or a value `gdr_open` returned (a closed one gives `EINVAL`).
 #[no_mangle]
 pub unsafe extern "C" fn gdr_unpin_buffer(g: gdr_t, handle: gdr_mh_t) -> c_int {
     guard(|| {
         let g = try_gdr!(g);
-        let mut memh = g
-            .memhs()
-            .remove(&handle.key())
-            .ok_or(einval("gdr_unpin_buffer"))?;
-        handles::release(handle.key());
-        if let Some(mut mapping) = memh.mapping.take() {
-            handles::quiesce(&[handle.key()]);
-            // SAFETY: the handle is retired and no copy through it is in flight.
-            unsafe { mapping.unmap() }?;
-        }
-        memh.pin.unpin()
+        let memh = g.remove(handle).ok_or(einval("gdr_unpin_buffer"))?;
+        open::unpin_memh(memh, handle.key(), g.gdr.in_opener())
     })
 }
 
 /// Always 0 on mtgpu: there is no invalidation callback.
 ///
 /// # Safety
-/// `g` is a live `gdr_t`; `flag` is NULL or writable.
+/// `g` is NULL or a value `gdr_open` returned (a closed one gives `EINVAL`); `flag` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn gdr_get_callback_flag(
     g: gdr_t,
@@ -374,13 +287,13 @@ pub unsafe extern "C" fn gdr_get_callback_flag(
     guard(|| {
         let g = try_gdr!(g);
         let out = try_out!(flag, "gdr_get_callback_flag");
-        *out = g.with_memh(handle, |m| m.pin.callback_flag())? as c_int;
+        *out = g.with_memh(handle, |m| m.pin().callback_flag())? as c_int;
         Ok(())
     })
 }
 
-fn info_of(g: &gdr, handle: gdr_mh_t) -> Result<gdr_info_v2, Error> {
-    let info = g.with_memh(handle, |m| m.pin.info())?;
+fn info_of(g: &Open, handle: gdr_mh_t) -> Result<gdr_info_v2, Error> {
+    let info = g.with_memh(handle, |m| m.pin().info())?;
     Ok(gdr_info_v2 {
         va: info.va,
         mapped_size: info.mapped_size,
@@ -393,7 +306,7 @@ fn info_of(g: &gdr, handle: gdr_mh_t) -> Result<gdr_info_v2, Error> {
 }
 
 /// # Safety
-/// `g` is a live `gdr_t`; `info` is NULL or points to a writable `gdr_info_v2_t`.
+/// `g` is NULL or a value `gdr_open` returned (a closed one gives `EINVAL`); `info` is NULL or points to a writable `gdr_info_v2_t`.
 #[no_mangle]
 pub unsafe extern "C" fn gdr_get_info_v2(
     g: gdr_t,
@@ -403,7 +316,7 @@ pub unsafe extern "C" fn gdr_get_info_v2(
     guard(|| {
         let g = try_gdr!(g);
         let out = try_out!(info, "gdr_get_info_v2");
-        *out = info_of(g, handle)?;
+        *out = info_of(&g, handle)?;
         Ok(())
     })
 }
@@ -412,7 +325,7 @@ pub unsafe extern "C" fn gdr_get_info_v2(
 /// `gdr_get_info_v2` through the header's `gdr_get_info` macro.
 ///
 /// # Safety
-/// `g` is a live `gdr_t`; `info` is NULL or points to a writable 40-byte `gdr_info_v1`.
+/// `g` is NULL or a value `gdr_open` returned (a closed one gives `EINVAL`); `info` is NULL or points to a writable 40-byte `gdr_info_v1`.
 #[export_name = "gdr_get_info"]
 pub unsafe extern "C" fn gdr_get_info_v1(
     g: gdr_t,
@@ -422,7 +335,7 @@ pub unsafe extern "C" fn gdr_get_info_v1(
     guard(|| {
         let g = try_gdr!(g);
         let out = try_out!(info, "gdr_get_info");
-        let v2 = info_of(g, handle)?;
+        let v2 = info_of(&g, handle)?;
         *out = gdr_info_v1 {
             va: v2.va,
             mapped_size: v2.mapped_size,
@@ -453,7 +366,7 @@ pub unsafe extern "C" fn gdr_map(
 /// `EINVAL`. On the dma-buf backend only DEFAULT and WC requests map (the type is fixed at pin).
 ///
 /// # Safety
-/// `g` is a live `gdr_t`; `va` is NULL or writable.
+/// `g` is NULL or a value `gdr_open` returned (a closed one gives `EINVAL`); `va` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn gdr_map_v2(
     g: gdr_t,
@@ -467,13 +380,17 @@ pub unsafe extern "C" fn gdr_map_v2(
         let out = try_out!(va, "gdr_map");
         let request = MapRequest::from_raw(flags).ok_or(einval("gdr_map"))?;
         g.with_memh(handle, |memh| {
-            if memh.mapping.is_some() {
+            if memh.mapping().is_some() {
                 return Err(Error::new("gdr_map", Errno::EAGAIN));
             }
-            let mapping = memh.pin.map_raw(size, request)?;
+            if memh.kept() {
+                // A copy may still read the kept mapping's base and length in the slot.
+                return Err(Error::new("gdr_map", Errno::EBUSY));
+            }
+            let mapping = memh.pin().map_raw(size, request)?;
             handles::set_mapped(handle.key(), mapping.ptr().as_ptr() as usize, mapping.len());
             *out = mapping.ptr().as_ptr().cast();
-            memh.mapping = Some(mapping);
+            memh.set_mapping(mapping);
             Ok(())
         })
     })
@@ -484,7 +401,7 @@ pub unsafe extern "C" fn gdr_map_v2(
 /// flight in another thread is waited for before the memory goes.
 ///
 /// # Safety
-/// `g` is a live `gdr_t`; no access through the mapping may follow.
+/// `g` is NULL or a value `gdr_open` returned (a closed one gives `EINVAL`); no access through the mapping may follow.
 #[no_mangle]
 pub unsafe extern "C" fn gdr_unmap(
     g: gdr_t,
@@ -496,16 +413,13 @@ pub unsafe extern "C" fn gdr_unmap(
         let g = try_gdr!(g);
         let page = g.gdr.page_size();
         g.with_memh(handle, |memh| {
-            let mapping = memh.mapping.as_ref().ok_or(einval("gdr_unmap"))?;
+            let mapping = memh.mapping().ok_or(einval("gdr_unmap"))?;
             let rounded = size.checked_add(page - 1).map(|s| s & !(page - 1));
             if mapping.ptr().as_ptr().cast() != va || rounded != Some(mapping.len()) {
                 return Err(einval("gdr_unmap"));
             }
             handles::set_unmapped(handle.key());
-            handles::quiesce(&[handle.key()]);
-            let mut mapping = memh.mapping.take().ok_or(einval("gdr_unmap"))?;
-            // SAFETY: copies now see the handle unmapped, and none through it is in flight.
-            unsafe { mapping.unmap() }
+            memh.unmap_retired(handle.key()).map(drop)
         })
     })
 }
@@ -545,117 +459,6 @@ pub unsafe extern "C" fn gdr_copy_from_mapping(
     unsafe { checked_copy::<FromDevice>(handle, h_ptr, map_d_ptr.cast_mut(), size) }
 }
 
-/// Which way a copy goes. Both entry points take the destination before the source, so the
-/// pointers pass through in the registers they arrived in; the device side is the mapping.
-trait Direction {
-    fn device(dst: *mut c_void, src: *mut c_void) -> *mut c_void;
-    fn host(dst: *mut c_void, src: *mut c_void) -> *mut c_void;
-    /// # Safety
-    /// The device side lies inside a live mapping for `n` bytes; the host side is valid for `n`.
-    unsafe fn copy(dst: *mut c_void, src: *mut c_void, n: usize);
-}
-
-struct ToDevice;
-struct FromDevice;
-
-impl Direction for ToDevice {
-    #[inline(always)]
-    fn device(dst: *mut c_void, _: *mut c_void) -> *mut c_void {
-        dst
-    }
-    #[inline(always)]
-    fn host(_: *mut c_void, src: *mut c_void) -> *mut c_void {
-        src
-    }
-    #[inline(always)]
-    unsafe fn copy(dst: *mut c_void, src: *mut c_void, n: usize) {
-        // SAFETY: forwarded caller guarantee.
-        unsafe { copy::to_device(dst.cast(), src.cast(), n) }
-    }
-}
-
-impl Direction for FromDevice {
-    #[inline(always)]
-    fn device(_: *mut c_void, src: *mut c_void) -> *mut c_void {
-        src
-    }
-    #[inline(always)]
-    fn host(dst: *mut c_void, _: *mut c_void) -> *mut c_void {
-        dst
-    }
-    #[inline(always)]
-    unsafe fn copy(dst: *mut c_void, src: *mut c_void, n: usize) {
-        // SAFETY: forwarded caller guarantee.
-        unsafe { copy::from_device(dst.cast(), src.cast(), n) }
-    }
-}
-
-/// Both entry points: 0 after the copy, or `EINVAL` without touching anything. The common path
-/// calls nothing but tail calls, so it saves no registers.
-#[inline(always)]
-unsafe fn checked_copy<D: Direction>(
-    handle: gdr_mh_t,
-    dst: *mut c_void,
-    src: *mut c_void,
-    size: usize,
-) -> c_int {
-    if size == 0 {
-        return 0;
-    }
-    if D::host(dst, src).is_null() {
-        return Errno::EINVAL as c_int;
-    }
-    let device = D::device(dst, src) as usize;
-    let copying = match handles::enter(handle.key(), device, size) {
-        handles::Entry::Inside(copying) => copying,
-        handles::Entry::Outside => return Errno::EINVAL as c_int,
-        // SAFETY: forwarded caller guarantee.
-        handles::Entry::NoHazard => return unsafe { copy_cold::<D>(handle, dst, src, size) },
-    };
-    if size >= copy::INLINE_BELOW {
-        // SAFETY: forwarded caller guarantee; `copying` moves along.
-        return unsafe { copy_large::<D>(copying, dst, src, size) };
-    }
-    // SAFETY: the device range is inside a live mapping that stays mapped while `copying`
-    // lives (checked and announced by `enter`); the host range is the caller's guarantee.
-    unsafe { D::copy(dst, src, size) };
-    drop(copying);
-    0
-}
-
-/// Copies of `copy::INLINE_BELOW` bytes or more call the variant's routine: out of line, so that
-/// small copies need no registers saved around that call.
-#[inline(never)]
-unsafe extern "C" fn copy_large<D: Direction>(
-    _copying: handles::Copying,
-    dst: *mut c_void,
-    src: *mut c_void,
-    size: usize,
-) -> c_int {
-    // SAFETY: as in `checked_copy`.
-    unsafe { D::copy(dst, src, size) };
-    0
-}
-
-/// A thread's first copy (it takes the thread a hazard), and every copy where membarrier is
-/// missing: out of line.
-#[cold]
-#[inline(never)]
-unsafe extern "C" fn copy_cold<D: Direction>(
-    handle: gdr_mh_t,
-    dst: *mut c_void,
-    src: *mut c_void,
-    size: usize,
-) -> c_int {
-    let device = D::device(dst, src) as usize;
-    let Some(_copying) = handles::enter_cold(handle.key(), device, size) else {
-        return Errno::EINVAL as c_int;
-    };
-    // SAFETY: as in `checked_copy`.
-    unsafe { D::copy(dst, src, size) };
-    0
-}
-
 /// # Safety
 /// Each pointer is NULL or writable.
 #[no_mangle]
@@ -674,7 +477,7 @@ pub unsafe extern "C" fn gdr_runtime_get_version(major: *mut c_int, minor: *mut 
 /// untouched; EINVAL for a NULL output.
 ///
 /// # Safety
-/// `g` is a live `gdr_t`; each pointer is NULL or writable.
+/// `g` is NULL or a value `gdr_open` returned (a closed one gives `EINVAL`); each pointer is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn gdr_driver_get_version(
     g: gdr_t,
@@ -695,7 +498,7 @@ pub unsafe extern "C" fn gdr_driver_get_version(
 /// the module's. EINVAL for an unknown attribute.
 ///
 /// # Safety
-/// `g` is a live `gdr_t`; `v` is NULL or writable.
+/// `g` is NULL or a value `gdr_open` returned (a closed one gives `EINVAL`); `v` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn gdr_get_attribute(g: gdr_t, attr: gdr_attr_t, v: *mut c_int) -> c_int {
     guard(|| {

@@ -87,6 +87,11 @@ impl Gdr {
 
     /// Whether the calling process opened this (false in a forked child, which must leave the
     /// parent's pins and mappings alone).
+    /// The backend's lock, held across a fork by the fork handler (see `handles::fork`).
+    pub(crate) fn lock_for_fork(&self) -> Option<Box<dyn std::any::Any>> {
+        self.drv.lock_for_fork()
+    }
+
     pub fn in_opener(&self) -> bool {
         self.drv.in_opener()
     }

@@ -5,24 +5,25 @@
 //! upstream's raw pointers are. Slots live in segments that are allocated once and never freed,
 //! so the copy path can check a handle with plain atomic loads: no lock, no system call.
 //!
-//! Copies racing an unmap. A copy announces the handle it copies through in its thread's
-//! *hazard* slot, then checks the handle; an unmap (or unpin, or close) first retires the
-//! mapping in the table, then waits until no thread announces the handle, and only then calls
-//! munmap. So a copy racing an unmap either completes before the memory goes or fails with
-//! EINVAL: it never faults, and never stores to the address once the unmap returned (when a new
-//! mapping may live there). The announcement costs the copy two plain stores: the ordering the
-//! check needs is bought on the unmap's side with membarrier(2) (MEMBARRIER_CMD_PRIVATE_EXPEDITED),
-//! or, where that is unavailable, with a full fence on both sides.
+//! Copies racing an unmap. A copy announces the handle it copies through (its thread's
+//! *hazard*, see `hazard`), then checks the handle; an unmap (or unpin, or close) first retires
+//! the mapping in the table, then waits until no copy announces the handle ([`quiesce`]), and
+//! only then calls munmap and frees the slot ([`free`]). So a copy racing an unmap either
+//! completes before the memory goes or fails with EINVAL: it never faults, never stores to the
+//! address once the unmap returned (when a new mapping may live there), and never pairs its
+//! handle's base with another mapping's length (the slot is reused only after the wait).
 //!
-//! Fork. Mappings are not inherited (the module maps them VM_DONTCOPY), but this table is: a
-//! child handler registered with pthread_atfork marks every handle unmapped in the child, so a
-//! copy there fails with EINVAL instead of storing to whatever the child has at that address.
-//! [`fork_generation`] lets the safe API's mappings notice the same.
+//! Fork: see `fork`.
 
-use std::sync::atomic::{
-    compiler_fence, fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering,
-};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, Once, PoisonError};
+
+mod current;
+mod fork;
+mod hazard;
+
+pub use fork::{fork_generation, register_outer_locks};
+pub use hazard::{enter, enter_cold, quiesce, Copying, Entry};
 
 const SEGMENT_SHIFT: u32 = 12;
 const SEGMENT_LEN: usize = 1 << SEGMENT_SHIFT;
@@ -34,10 +35,11 @@ const SEGMENTS: usize = 256;
 pub(crate) const MAX_LIVE_HANDLES: usize = SEGMENT_LEN * SEGMENTS - 1;
 
 const LIVE: u64 = 1;
+/// The slot is on the free list (freed once only, however often `free` is called).
+const ON_FREE_LIST: u64 = 2;
 
-/// One handle. The copy path reads the first three words only, from one cache line.
-#[derive(Default)]
-#[repr(C, align(32))]
+/// One handle, a cache line. The copy path reads the first three words only.
+#[repr(C, align(64))]
 struct Slot {
     /// The handle while it is live and mapped, else 0: a copy checks generation, liveness and
     /// mapping with one comparison.
@@ -46,6 +48,20 @@ struct Slot {
     map_len: AtomicUsize,
     /// generation << 32 | LIVE.
     state: AtomicU64,
+    /// Copies in flight through this slot without a hazard of their own (see `hazard`).
+    slow_copies: AtomicU64,
+}
+
+impl Slot {
+    const fn unused() -> Slot {
+        Slot {
+            copy_key: AtomicU64::new(0),
+            map_base: AtomicUsize::new(0),
+            map_len: AtomicUsize::new(0),
+            state: AtomicU64::new(0),
+            slow_copies: AtomicU64::new(0),
+        }
+    }
 }
 
 struct Allocator {
@@ -53,42 +69,55 @@ struct Allocator {
     next: u32,
 }
 
+/// Where a segment not yet allocated points: slots never handed out (key 0, length 0), in
+/// which no copy check passes, so the copy path tests no pointer for null.
+static UNALLOCATED: [Slot; SEGMENT_LEN] = [const { Slot::unused() }; SEGMENT_LEN];
+
 /// Segments of `SEGMENT_LEN` slots, allocated under `ALLOCATOR` when first needed and never
 /// freed: a copy finds a slot with two loads and no "initialised?" state to check.
-static TABLE: [AtomicPtr<Slot>; SEGMENTS] =
-    [const { AtomicPtr::new(std::ptr::null_mut()) }; SEGMENTS];
+static TABLE: [AtomicPtr<Slot>; SEGMENTS] = {
+    let unallocated = (&raw const UNALLOCATED).cast::<Slot>().cast_mut();
+    let mut table = [const { AtomicPtr::new(std::ptr::null_mut()) }; SEGMENTS];
+    let mut i = 0;
+    while i < SEGMENTS {
+        table[i] = AtomicPtr::new(unallocated);
+        i += 1;
+    }
+    table
+};
+
+fn is_allocated(segment: *const Slot) -> bool {
+    !std::ptr::eq(segment, UNALLOCATED.as_ptr())
+}
 static ALLOCATOR: Mutex<Allocator> = Mutex::new(Allocator {
     free: Vec::new(),
     next: 0,
 });
 
-/// Slot `index` (modulo the segment) of segment `segment` (< SEGMENTS), if that segment exists.
+/// Slot `index` (modulo the segment) of segment `segment` (< SEGMENTS): a slot of
+/// `UNALLOCATED` if that segment does not exist yet.
 #[inline(always)]
-fn slot_at(segment: usize, index: usize) -> Option<&'static Slot> {
+fn slot_at(segment: usize, index: usize) -> &'static Slot {
     let segment = TABLE[segment].load(Ordering::Acquire);
-    // SAFETY: a non-null segment points to `SEGMENT_LEN` slots that live forever (leaked at
-    // allocation), published with Release after they were initialised.
-    unsafe {
-        segment
-            .as_ref()
-            .map(|_| &*segment.add(index & (SEGMENT_LEN - 1)))
-    }
+    // SAFETY: every entry points to `SEGMENT_LEN` slots that live forever (`UNALLOCATED`, or
+    // a segment leaked at allocation and published with Release after it was initialised).
+    unsafe { &*segment.add(index & (SEGMENT_LEN - 1)) }
 }
 
+/// Slot `index`, if its segment exists.
 #[inline(always)]
 fn slot(index: u32) -> Option<&'static Slot> {
     let index = index as usize;
     let segment = index >> SEGMENT_SHIFT;
-    (segment < SEGMENTS)
+    (segment < SEGMENTS && is_allocated(TABLE[segment].load(Ordering::Acquire)))
         .then(|| slot_at(segment, index))
-        .flatten()
 }
 
 /// The slot a copy through `handle` checks: the handle's own if it names one, else any slot,
 /// whose `copy_key` then differs from the handle. Index bits beyond the table are masked
 /// instead of tested, which the copy path saves.
 #[inline(always)]
-fn copy_slot(handle: u64) -> Option<&'static Slot> {
+fn copy_slot(handle: u64) -> &'static Slot {
     let index = (handle as u32).wrapping_sub(1) as usize;
     slot_at((index >> SEGMENT_SHIFT) % SEGMENTS, index)
 }
@@ -118,8 +147,8 @@ pub fn allocate() -> Option<u64> {
                 return None;
             }
             let segment = &TABLE[index as usize >> SEGMENT_SHIFT];
-            if segment.load(Ordering::Relaxed).is_null() {
-                let slots: Box<[Slot]> = (0..SEGMENT_LEN).map(|_| Slot::default()).collect();
+            if !is_allocated(segment.load(Ordering::Relaxed)) {
+                let slots: Box<[Slot]> = (0..SEGMENT_LEN).map(|_| Slot::unused()).collect();
                 segment.store(Box::leak(slots).as_mut_ptr(), Ordering::Release);
             }
             alloc.next += 1;
@@ -137,20 +166,35 @@ pub fn allocate() -> Option<u64> {
     Some(u64::from(generation) << 32 | (u64::from(index) + 1))
 }
 
-/// Retires a handle; later uses of it fail.
-pub fn release(handle: u64) {
-    if let Some((_, index)) = split(handle) {
-        if let Some(slot) = live_slot(handle) {
-            slot.copy_key.store(0, Ordering::SeqCst);
-            let state = slot.state.load(Ordering::Relaxed);
-            slot.state.store(state & !LIVE, Ordering::SeqCst);
-            ALLOCATOR
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .free
-                .push(index);
+/// Retires a handle: later uses of it fail. Its slot is reused only after [`free`], which the
+/// caller calls once [`quiesce`] proved that no copy through the handle is in flight.
+pub fn retire(handle: u64) {
+    if let Some(slot) = live_slot(handle) {
+        slot.copy_key.store(0, Ordering::SeqCst);
+        let state = slot.state.load(Ordering::Relaxed);
+        slot.state.store(state & !LIVE, Ordering::SeqCst);
+    }
+}
+
+/// Gives the slots of retired, quiesced handles back for reuse.
+pub fn free(handles: &[u64]) {
+    let mut alloc = ALLOCATOR.lock().unwrap_or_else(PoisonError::into_inner);
+    for &handle in handles {
+        let Some((generation, index)) = split(handle) else {
+            continue;
+        };
+        let Some(slot) = slot(index) else { continue };
+        let state = slot.state.load(Ordering::Acquire);
+        if (state >> 32) as u32 == generation && state & (LIVE | ON_FREE_LIST) == 0 {
+            slot.state.store(state | ON_FREE_LIST, Ordering::Release);
+            alloc.free.push(index);
         }
     }
+}
+
+/// The slot `handle` names (live or not).
+fn slot_of_handle(handle: u64) -> Option<&'static Slot> {
+    split(handle).and_then(|(_, index)| slot(index))
 }
 
 /// Copies through `handle` may now reach `[base, base + len)`.
@@ -168,236 +212,21 @@ pub fn set_unmapped(handle: u64) {
     }
 }
 
-/// What [`enter`] found.
-pub enum Entry {
-    /// The range lies inside the live mapping; the copy may run while this lives.
-    Inside(Copying),
-    /// It does not (or the handle is stale, foreign or unmapped): nothing may be copied.
-    Outside,
-    /// This thread has no hazard yet: call [`enter_cold`].
-    NoHazard,
-}
-
-/// A copy in flight, announced so that an unmap of its handle waits for it ([`quiesce`]);
-/// dropping it ends the announcement.
-#[repr(transparent)]
-pub struct Copying(Option<&'static Hazard>);
-
-impl Drop for Copying {
-    #[inline(always)]
-    fn drop(&mut self) {
-        match self.0 {
-            Some(hazard) => hazard.handle.store(0, Ordering::Release),
-            None => {
-                SLOW_COPIES.fetch_sub(1, Ordering::Release);
-            }
-        }
-    }
-}
-
-/// Announces a copy of `[ptr, ptr + len)` through `handle` and checks that the range lies
-/// inside the handle's live mapping. Lock-free and without a system call: the copy path.
-#[inline(always)]
-pub fn enter(handle: u64, ptr: usize, len: usize) -> Entry {
-    let Some(hazard) = current::get() else {
-        return Entry::NoHazard;
-    };
-    hazard.handle.store(handle, Ordering::Relaxed);
-    // The unmap side's membarrier makes every thread execute a full barrier between this
-    // announcement and the check (a thread's hazard is installed for this path only when
-    // membarrier works; see `enter_cold`).
-    compiler_fence(Ordering::SeqCst);
-    let copying = Copying(Some(hazard));
-    if mapping_contains(handle, ptr, len) {
-        Entry::Inside(copying)
-    } else {
-        Entry::Outside
-    }
-}
-
-/// [`enter`] for a thread without a hazard: takes one (then later copies take the fast path),
-/// or, when none can be had (all taken, or the thread's storage is being torn down: a copy from
-/// a TLS destructor), counts the copy globally instead.
-#[cold]
-#[inline(never)]
-pub fn enter_cold(handle: u64, ptr: usize, len: usize) -> Option<Copying> {
-    let copying = match OWNED.try_with(|h| h.0) {
-        Ok(Some(hazard)) => {
-            hazard.handle.store(handle, Ordering::Relaxed);
-            if FENCED.load(Ordering::Relaxed) {
-                // Without membarrier every copy comes here and pays a full fence of its own.
-                fence(Ordering::SeqCst);
-            } else {
-                // As in `enter`, which this thread's later copies take.
-                compiler_fence(Ordering::SeqCst);
-            }
-            Copying(Some(hazard))
-        }
-        _ => {
-            SLOW_COPIES.fetch_add(1, Ordering::SeqCst);
-            Copying(None)
-        }
-    };
-    mapping_contains(handle, ptr, len).then_some(copying)
-}
-
-/// Waits until no copy through any of `handles` is in flight. The caller has retired them
-/// ([`release`] or [`set_unmapped`]) first, so copies starting now fail; after this returns the
-/// mappings can go.
-pub fn quiesce(handles: &[u64]) {
-    // Only threads holding a hazard can have a copy in flight; this thread is not copying.
-    // A thread that takes its hazard after this look sees the retirement (see `take`), so a
-    // process where no other thread ever copied skips the barrier.
-    fence(Ordering::SeqCst);
-    let mine = current::get();
-    let others = HAZARDS
-        .iter()
-        .any(|h| !mine.is_some_and(|m| std::ptr::eq(m, h)) && h.taken.load(Ordering::SeqCst));
-    if others {
-        writer_barrier();
-        for h in HAZARDS.iter() {
-            let mut spins = 0u32;
-            while handles.contains(&h.handle.load(Ordering::Acquire)) {
-                backoff(&mut spins);
-            }
-        }
-    }
-    let mut spins = 0u32;
-    while SLOW_COPIES.load(Ordering::SeqCst) != 0 {
-        backoff(&mut spins);
-    }
-}
-
-fn backoff(spins: &mut u32) {
-    *spins += 1;
-    if *spins < 64 {
-        std::hint::spin_loop();
-    } else {
-        std::thread::yield_now();
-    }
-}
-
-/// One thread's announcement of the handle it copies through (0: none).
-struct Hazard {
-    handle: AtomicU64,
-    taken: AtomicBool,
-}
-
-/// The hazards, one per thread that copies; a thread's is free again once the thread exits.
-/// Threads beyond these (hundreds copying at once) are counted in `SLOW_COPIES` instead.
-static HAZARDS: [Hazard; 256] = [const {
-    Hazard {
-        handle: AtomicU64::new(0),
-        taken: AtomicBool::new(false),
-    }
-}; 256];
-/// Copies in flight without a hazard of their own.
-static SLOW_COPIES: AtomicU64 = AtomicU64::new(0);
-
-/// This thread's hazard (None: all taken), given back when the thread exits.
-struct ThreadHazard(Option<&'static Hazard>);
-
-impl ThreadHazard {
-    fn take() -> ThreadHazard {
-        // FENCED must be settled before the hazard is installed for the fence-less path.
-        init();
-        let mine = HAZARDS.iter().find(|h| {
-            h.taken
-                .compare_exchange(false, true, Ordering::SeqCst, Ordering::Relaxed)
-                .is_ok()
-        });
-        // Pairs with the fence in `quiesce`: either that unmap sees this hazard taken, or this
-        // thread's first check sees the handle retired.
-        fence(Ordering::SeqCst);
-        if !FENCED.load(Ordering::Relaxed) {
-            current::set(mine);
-        }
-        ThreadHazard(mine)
-    }
-}
-
-impl Drop for ThreadHazard {
-    fn drop(&mut self) {
-        current::set(None);
-        if let Some(h) = self.0 {
-            h.handle.store(0, Ordering::Release);
-            h.taken.store(false, Ordering::Release);
-        }
-    }
-}
-
-thread_local! {
-    /// Owns this thread's hazard: taken on its first copy, given back at thread exit.
-    static OWNED: ThreadHazard = ThreadHazard::take();
-}
-
-mod current;
-
-/// Set when membarrier(2) cannot be used: copies and unmaps then both use full fences.
-static FENCED: AtomicBool = AtomicBool::new(false);
-
-const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_int = 1 << 3;
-const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
-
-fn membarrier(cmd: libc::c_int) -> bool {
-    // SAFETY: membarrier takes no pointers.
-    unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0, 0) == 0 }
-}
-
-/// Orders an unmap's retirement of handles before its look at the announcements.
-fn writer_barrier() {
-    if FENCED.load(Ordering::Relaxed) || !membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) {
-        fence(Ordering::SeqCst);
-    }
-}
-
-static FORKS: AtomicU64 = AtomicU64::new(0);
-
-/// How many forks separate this process from the one the library started in: a mapping made
-/// at another generation is not mapped here.
-pub fn fork_generation() -> u64 {
-    FORKS.load(Ordering::Relaxed)
-}
-
-/// The pthread_atfork child handler: nothing of the parent's is mapped here, and the parent's
-/// other threads (and their copies in flight) do not exist.
-extern "C" fn after_fork_in_child() {
-    FORKS.fetch_add(1, Ordering::Relaxed);
-    for index in 0..MAX_LIVE_HANDLES as u32 {
-        // Segments are allocated in order: the first missing one ends the table.
-        let Some(slot) = slot(index) else { break };
-        slot.copy_key.store(0, Ordering::Relaxed);
-    }
-    for h in HAZARDS.iter() {
-        h.handle.store(0, Ordering::Relaxed);
-    }
-    SLOW_COPIES.store(0, Ordering::Relaxed);
-    if !FENCED.load(Ordering::Relaxed) && !membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) {
-        FENCED.store(true, Ordering::Relaxed);
-        // This thread's copies must now take the fenced path.
-        current::set(None);
-    }
-}
-
-/// Registers the fork handler and membarrier, once per process; before any mapping exists.
+/// Registers the fork handlers and membarrier, once per process; before any mapping exists.
 pub fn init() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        if !membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) {
-            FENCED.store(true, Ordering::Relaxed);
+        if !hazard::membarrier(hazard::MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) {
+            hazard::FENCED.store(true, Ordering::Relaxed);
         }
-        // SAFETY: registers a handler that only touches this module's atomics and makes a
-        // system call, which is allowed in a fork child.
-        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+        fork::register();
     });
 }
 
 /// Whether `[ptr, ptr + len)` lies inside the live mapping of `handle`. Lock-free.
 #[inline(always)]
 fn mapping_contains(handle: u64, ptr: usize, len: usize) -> bool {
-    let Some(slot) = copy_slot(handle) else {
-        return false;
-    };
+    let slot = copy_slot(handle);
     // The handle itself (never 0) while it is live and mapped: generation, slot, liveness and
     // mapping in one comparison.
     if slot.copy_key.load(Ordering::Acquire) != handle {

@@ -202,11 +202,18 @@ impl Musa {
     }
 }
 
+/// One load of libmusa at a time, so that two threads never both load.
+static LOADING: Mutex<()> = Mutex::new(());
+
+pub(super) fn lock_statics_for_fork() -> Vec<Box<dyn std::any::Any>> {
+    vec![Box::new(
+        LOADING.lock().unwrap_or_else(PoisonError::into_inner),
+    )]
+}
+
 /// libmusa, loaded and initialised. A failure is not kept: the next call tries again.
 fn musa() -> std::result::Result<&'static Musa, Unavailable> {
     static MUSA: OnceLock<Musa> = OnceLock::new();
-    /// One load at a time, so that two threads never both load.
-    static LOADING: Mutex<()> = Mutex::new(());
     let musa = match MUSA.get() {
         Some(musa) => musa,
         None => {
@@ -241,7 +248,8 @@ pub(crate) struct DmaBuf {
     page_size: usize,
     /// The fork generation of the process that opened it (see `module::Driver`'s `opener`).
     opener: u64,
-    pins: Mutex<HashMap<u64, DmaPin>>,
+    /// Leaked (one small allocation per open), so that the fork handler can hold its guard.
+    pins: &'static Mutex<HashMap<u64, DmaPin>>,
     next_handle: AtomicU64,
 }
 
@@ -260,7 +268,7 @@ impl DmaBuf {
             device,
             page_size,
             opener: crate::handles::fork_generation(),
-            pins: Mutex::new(HashMap::new()),
+            pins: Box::leak(Box::new(Mutex::new(HashMap::new()))),
             next_handle: AtomicU64::new(1),
         })
     }
@@ -346,6 +354,13 @@ fn page_range(page: u64, addr: u64, size: u64) -> Result<(u64, u64)> {
     Ok((start, end - start))
 }
 
+impl Drop for DmaBuf {
+    fn drop(&mut self) {
+        // The map itself is leaked (see `pins`): close the pins' fds and free its table here.
+        drop(std::mem::take(&mut *self.pins()));
+    }
+}
+
 impl Backend for DmaBuf {
     fn page_size(&self) -> usize {
         self.page_size
@@ -417,6 +432,13 @@ impl Backend for DmaBuf {
     fn forget(&self, handle: u64) {
         // The child's copy of the fd is the child's own: closing it leaves the parent's pin.
         self.pins().remove(&handle);
+    }
+
+    fn lock_for_fork(&self) -> Option<Box<dyn std::any::Any>> {
+        let pins: &'static Mutex<_> = self.pins;
+        Some(Box::new(
+            pins.lock().unwrap_or_else(PoisonError::into_inner),
+        ))
     }
 
     fn info(&self, handle: u64) -> Result<Info> {

@@ -53,6 +53,16 @@ pub(crate) trait Backend: Send + Sync {
     /// `ptr`/`len` are exactly a live mapping of `handle` from `map`, and nothing accesses it
     /// afterwards.
     unsafe fn unmap(&self, handle: u64, ptr: NonNull<u8>, len: usize) -> Result<()>;
+    /// Takes the backend's lock for a fork (see `handles::fork`): the guard is dropped after
+    /// it, in both processes. None: the backend has no lock.
+    fn lock_for_fork(&self) -> Option<Box<dyn std::any::Any>> {
+        None
+    }
+}
+
+/// Takes the backends' process-wide locks for a fork; first in the lock order.
+pub(crate) fn lock_statics_for_fork() -> Vec<Box<dyn std::any::Any>> {
+    dmabuf::lock_statics_for_fork()
 }
 
 /// A fresh shared read/write mapping of `len` bytes of `fd` from `offset`, placed by the

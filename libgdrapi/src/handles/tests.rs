@@ -1,19 +1,31 @@
+use super::hazard::{all_hazards, FENCED};
 use super::*;
+
+mod protocol;
+
+/// Retires, waits for copies in flight and frees: what an unpin does.
+fn release(h: u64) {
+    retire(h);
+    quiesce(&[h]).expect("no membarrier failure in this test");
+    free(&[h]);
+}
 
 /// Runs `copy` if `[ptr, ptr + len)` lies inside the live mapping of `handle` (see [`enter`]);
 /// false, with nothing run, if not.
-fn with_mapping(handle: u64, ptr: usize, len: usize, copy: impl FnOnce()) -> bool {
-    let copying = match enter(handle, ptr, len) {
-        Entry::Inside(copying) => Some(copying),
-        Entry::Outside => None,
-        Entry::NoHazard => enter_cold(handle, ptr, len),
-    };
-    match copying {
-        Some(_copying) => {
+pub(super) fn with_mapping(handle: u64, ptr: usize, len: usize, copy: impl FnOnce()) -> bool {
+    match enter(handle, ptr, len) {
+        Entry::Inside(_copying) => {
             copy();
             true
         }
-        None => false,
+        Entry::Outside => false,
+        Entry::NoHazard => match enter_cold(handle, ptr, len) {
+            Some(_copying) => {
+                copy();
+                true
+            }
+            None => false,
+        },
     }
 }
 
@@ -82,7 +94,7 @@ fn no_copy_runs_after_the_unmap_quiesced() {
                 std::thread::yield_now();
             }
             set_unmapped(h);
-            quiesce(&[h]);
+            quiesce(&[h]).expect("membarrier works here");
             gone.store(true, Ordering::SeqCst);
             std::thread::sleep(std::time::Duration::from_millis(2));
             stop.store(true, Ordering::Release);
@@ -102,23 +114,22 @@ fn no_copy_runs_after_the_unmap_quiesced() {
 #[test]
 fn handle_zero_never_matches_the_last_slot() {
     init();
-    // Forked holding the allocator lock, so no other test thread holds it in the child; the
-    // child (its own copy of the table) may then use every slot.
-    let guard = ALLOCATOR.lock().unwrap_or_else(PoisonError::into_inner);
+    // The fork handlers leave the allocator unlocked in the child, which (its own copy of the
+    // table) may then use every slot.
     // SAFETY: the child allocates (glibc's malloc is fork-safe), reads and writes atomics,
     // and leaves with _exit.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork");
-    drop(guard);
     if pid == 0 {
         let ok = std::panic::catch_unwind(|| {
             let all: Vec<u64> = std::iter::from_fn(allocate).collect();
             // Every segment exists now, the last one included.
-            let Some(last) = copy_slot(0) else {
+            let last = copy_slot(0);
+            if !is_allocated(TABLE[SEGMENTS - 1].load(Ordering::Acquire)) {
                 return false;
-            };
+            }
             for &h in &all {
-                if copy_slot(h).is_some_and(|s| std::ptr::eq(s, last)) {
+                if std::ptr::eq(copy_slot(h), last) {
                     set_mapped(h, 0x50_0000, 0x1000);
                     set_unmapped(h);
                 }
@@ -161,9 +172,8 @@ fn a_forked_child_sees_no_mapping() {
 }
 
 /// Runs `body` in a forked child (single-threaded, its own copy of the statics) and
-/// asserts it exits with 0. `body` must take no lock another test thread may have held at
-/// the fork (so no `allocate`/`release`).
-fn in_child(body: impl FnOnce() -> bool) {
+/// asserts it exits with 0.
+pub(super) fn in_child(body: impl FnOnce() -> bool) {
     // SAFETY: the child only runs `body` (atomics, thread-locals, thread creation) and
     // leaves with _exit.
     let pid = unsafe { libc::fork() };
@@ -208,8 +218,7 @@ fn an_exiting_thread_gives_its_hazard_back() {
     in_child(|| {
         set_mapped(h, 0x40_0000, 0x1000);
         let taken = || {
-            HAZARDS
-                .iter()
+            all_hazards()
                 .filter(|h| h.taken.load(Ordering::SeqCst))
                 .count()
         };

@@ -18,7 +18,7 @@ fn stress_cycles() -> u64 {
 ///
 /// # Safety
 /// `g` is a live gdr_t.
-unsafe fn c_api_cycle(g: gdr_t, base: u64, word: u64) {
+pub(super) unsafe fn c_api_cycle(g: gdr_t, base: u64, word: u64) {
     let size = 65536usize;
     // SAFETY: valid pointers; the caller vouches for `g`.
     unsafe {

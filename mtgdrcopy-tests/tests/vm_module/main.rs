@@ -27,6 +27,7 @@ mod provider;
 // mtgdrdrv_fuzz (testing/fuzz), which `cargo xtask test` runs after these tests.
 mod bad_input;
 mod isolation;
+mod library_races;
 mod lifetimes;
 mod permissions;
 
