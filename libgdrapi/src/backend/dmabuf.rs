@@ -231,6 +231,19 @@ fn musa() -> std::result::Result<&'static Musa, Unavailable> {
     Ok(musa)
 }
 
+/// Every pin table made (one per open; emptied when its backend closes): kept reachable,
+/// as each must be `'static` for the fork handler to hold its guard.
+static PIN_TABLES: Mutex<Vec<&'static Mutex<HashMap<u64, DmaPin>>>> = Mutex::new(Vec::new());
+
+fn pins_table() -> &'static Mutex<HashMap<u64, DmaPin>> {
+    let table: &'static Mutex<HashMap<u64, DmaPin>> = Box::leak(Box::default());
+    PIN_TABLES
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(table);
+    table
+}
+
 /// One pin: the dma-buf of `[va, va + size)` and whether it is mapped.
 struct DmaPin {
     fd: OwnedFd,
@@ -248,7 +261,8 @@ pub(crate) struct DmaBuf {
     page_size: usize,
     /// The fork generation of the process that opened it (see `module::Driver`'s `opener`).
     opener: u64,
-    /// Leaked (one small allocation per open), so that the fork handler can hold its guard.
+    /// From `pins_table` (one small allocation per open, never freed), so that the fork
+    /// handler can hold its guard.
     pins: &'static Mutex<HashMap<u64, DmaPin>>,
     next_handle: AtomicU64,
 }
@@ -268,7 +282,7 @@ impl DmaBuf {
             device,
             page_size,
             opener: crate::handles::fork_generation(),
-            pins: Box::leak(Box::new(Mutex::new(HashMap::new()))),
+            pins: pins_table(),
             next_handle: AtomicU64::new(1),
         })
     }

@@ -5,8 +5,10 @@
 //! races the close) finds it closed and fails with `EINVAL` instead of using freed memory. The
 //! cost is one small allocation per `gdr_open`, kept for the life of the process.
 //!
-//! Lock order (also taken in this order around fork, see `handles::fork`): [`OPEN`], then a
-//! `gdr`'s `device`, then its `memhs`, then the backend's lock, then the handle table's.
+//! Lock order (also taken in this order around fork, see `handles::fork`): the backends'
+//! process-wide locks (never held with another), [`OPEN`], a `gdr`'s `device`, its `memhs`,
+//! the backend's lock (the dma-buf pin table), then the handle table's (`GROWING`,
+//! `ALLOCATOR`).
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -45,7 +47,8 @@ pub(super) struct Memh {
     kept: bool,
 }
 
-/// The open `gdr_t`s, for the fork handler (which takes their locks).
+/// Every `gdr_t` this process made, open or closed: for the fork handler (which takes their
+/// locks), and so that a closed one stays reachable rather than leaked.
 static OPEN: Mutex<Vec<&'static gdr>> = Mutex::new(Vec::new());
 
 fn open_list() -> MutexGuard<'static, Vec<&'static gdr>> {
@@ -234,7 +237,6 @@ pub(super) unsafe fn close(g: gdr_t) -> c_int {
         // SAFETY: the caller's guarantee; a `gdr` is never freed.
         let shell: &'static gdr = unsafe { g.as_ref() }.ok_or(einval("gdr_close"))?;
         let device = shell.device().take().ok_or(einval("gdr_close"))?;
-        open_list().retain(|s| !std::ptr::eq(*s, shell));
         let drained: Vec<(u64, Memh)> = {
             let mut memhs = shell.memhs();
             memhs.closed = true;

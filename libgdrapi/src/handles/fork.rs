@@ -31,8 +31,8 @@ pub fn fork_generation() -> u64 {
 }
 
 /// Guards held by the forking thread between prepare and parent/child, in the order taken.
-/// Lock order: the C API's registry of open `gdr_t`s, each `gdr_t`'s lock, then `GROWING`, then
-/// `ALLOCATOR`; nothing takes them in another order.
+/// Lock order: the C API's locks (see `capi::open`), then `GROWING`, then `ALLOCATOR`; nothing
+/// takes them in another order.
 type Held = Vec<Box<dyn std::any::Any>>;
 
 thread_local! {
