@@ -21,17 +21,40 @@ mod imp {
         ".popsection",
     );
 
+    /// Runs `$access` with rax holding this thread's slot as an offset from the thread pointer
+    /// (`fs:0`), found by the TLS descriptor call. The call clobbers only rax and the flags as
+    /// far as the ABI goes; it pushes a return address, so the asm may not be `nostack` (the red
+    /// zone below rsp is not its to use). glibc before 2.40 does not preserve the vector
+    /// registers when the call takes its slow path (a thread's first access of dynamic TLS
+    /// allocates the block: malloc, memset; glibc bug 31372), so they are declared clobbered,
+    /// which costs nothing where none is live (the copy entry points read the hazard before they
+    /// load any data).
+    macro_rules! with_slot_offset {
+        ($access:literal, $($operand:tt)*) => {
+            std::arch::asm!(
+                "lea rax, [rip + gdrapi_current_hazard@TLSDESC]",
+                "call qword ptr [rax + gdrapi_current_hazard@TLSCALL]",
+                $access,
+                $($operand)*
+                out("xmm0") _, out("xmm1") _, out("xmm2") _, out("xmm3") _,
+                out("xmm4") _, out("xmm5") _, out("xmm6") _, out("xmm7") _,
+                out("xmm8") _, out("xmm9") _, out("xmm10") _, out("xmm11") _,
+                out("xmm12") _, out("xmm13") _, out("xmm14") _, out("xmm15") _,
+            )
+        };
+    }
+
     #[inline(always)]
     pub fn get() -> Option<&'static Hazard> {
         let hazard: *const Hazard;
-        // SAFETY: reads this thread's 8-byte slot (the TLS block is mapped for every thread);
-        // it holds null or a pointer into the static `HAZARDS`, written by `set` only.
+        // SAFETY: the descriptor call returns the offset of this thread's 8-byte slot from the
+        // thread pointer (glibc has the block allocated for the calling thread when the call
+        // returns); the slot holds null or a pointer into the static `HAZARDS`, written by
+        // `set` only.
         unsafe {
-            std::arch::asm!(
-                "mov {p}, qword ptr [rip + gdrapi_current_hazard@GOTTPOFF]",
-                "mov {p}, qword ptr fs:[{p}]",
-                p = out(reg) hazard,
-                options(nostack, preserves_flags, readonly, pure),
+            with_slot_offset!(
+                "mov rax, qword ptr fs:[rax]",
+                lateout("rax") hazard,
             );
             hazard.as_ref()
         }
@@ -39,14 +62,12 @@ mod imp {
 
     pub fn set(hazard: Option<&'static Hazard>) {
         let p = hazard.map_or(std::ptr::null(), |h| h as *const Hazard);
-        // SAFETY: writes this thread's own slot.
+        // SAFETY: writes this thread's own slot, found as in `get`.
         unsafe {
-            std::arch::asm!(
-                "mov {off}, qword ptr [rip + gdrapi_current_hazard@GOTTPOFF]",
-                "mov qword ptr fs:[{off}], {p}",
-                off = out(reg) _,
+            with_slot_offset!(
+                "mov qword ptr fs:[rax], {p}",
                 p = in(reg) p,
-                options(nostack, preserves_flags),
+                out("rax") _,
             );
         }
     }
@@ -61,6 +82,19 @@ mod imp {
 
     thread_local! {
         static CURRENT: Cell<Option<&'static Hazard>> = const { Cell::new(None) };
+    }
+
+    /// glibc before 2.40 does not preserve the vector registers across the call when it takes
+    /// its slow path (a thread's first access of dynamic TLS allocates it: malloc, memset; glibc
+    /// bug 31372): declared clobbered, which costs nothing where none is live (the copy entry
+    /// points read the hazard before they load any data).
+    macro_rules! clobber_vector_registers {
+        () => {
+            out("xmm0") _, out("xmm1") _, out("xmm2") _, out("xmm3") _,
+            out("xmm4") _, out("xmm5") _, out("xmm6") _, out("xmm7") _,
+            out("xmm8") _, out("xmm9") _, out("xmm10") _, out("xmm11") _,
+            out("xmm12") _, out("xmm13") _, out("xmm14") _, out("xmm15") _
+        };
     }
 
     #[inline(always)]
