@@ -1,10 +1,15 @@
 //! This thread's hazard, for the copy path, where one thread-local load must do.
 
-/// On x86-64 the hazard pointer is a thread-local variable of the initial-exec model, declared in assembly
-/// (Rust's `thread_local!` in a shared library uses the general-dynamic model: a call to
-/// `__tls_get_addr` on every copy, and the registers saved around it). Initial-exec TLS in a
-/// library loaded with dlopen takes its 8 bytes from the static TLS surplus glibc reserves for
-/// such libraries (the `glibc.rtld.optional_static_tls` tunable, 512 bytes by default).
+/// On x86-64 the hazard pointer is a thread-local variable declared in assembly and reached
+/// through a TLS descriptor (`@TLSDESC`/`@TLSCALL`). Rust's `thread_local!` in a shared library
+/// uses the general-dynamic model: a call to `__tls_get_addr` on every copy, and the registers
+/// saved around it. The initial-exec model (one load) is cheaper still, but a single initial-exec
+/// access flags the library DF_STATIC_TLS, and then its whole TLS segment (128 bytes with std's
+/// own thread-locals) must come from the static TLS surplus glibc reserves for libraries loaded
+/// with dlopen (`glibc.rtld.optional_static_tls`, 512 bytes by default): once other libraries
+/// have used that up, dlopen fails with "cannot allocate memory in static TLS block". glibc
+/// resolves a descriptor to a static offset when the surplus has room (the call is then
+/// `mov rax, [rax + 8]; ret`) and to dynamic TLS when it has not.
 #[cfg(target_arch = "x86_64")]
 mod imp {
     use super::super::Hazard;
