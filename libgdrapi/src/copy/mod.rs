@@ -11,7 +11,8 @@
 //! The variant is chosen once, from CPU feature flags only (never the vendor string: Hygon CPUs
 //! report `HygonGenuine`); `GDRCOPY_COPY_VARIANT` can force one. Stores and loads are chosen
 //! independently: the default is the first supported entry of the architecture's list that is not
-//! marked `on_request` (see x86_64.rs for the rule there).
+//! marked `on_request` (see x86_64.rs for the rule there). DEVICE (uncached) mappings are copied
+//! with the generic variant's small accesses whatever the variant (see uncached.rs).
 //!
 //! Every copy ends with a fence: write-combined stores and loads from WC memory are weakly
 //! ordered, and the caller expects the data to be on its way (or in hand) when the call returns.
@@ -22,6 +23,7 @@ use std::sync::OnceLock;
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
+mod uncached;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 
@@ -49,6 +51,8 @@ impl Variant {
         (self.supported)()
     }
 }
+
+pub(crate) use uncached::{register as register_uncached, Registration as UncachedRegistration};
 
 /// Environment variable that forces a variant by name (for benchmarks and tests).
 pub const VARIANT_ENV: &str = "GDRCOPY_COPY_VARIANT";
@@ -152,16 +156,28 @@ fn variant_names() -> String {
 static TO_DEVICE: AtomicPtr<()> = AtomicPtr::new(resolve_to_device as *mut ());
 static FROM_DEVICE: AtomicPtr<()> = AtomicPtr::new(resolve_from_device as *mut ());
 
+// A resolver replaces only itself: the routines that check for DEVICE mappings, once installed
+// (`uncached`), stay.
 unsafe fn resolve_to_device(dst: *mut u8, src: *const u8, n: usize) {
     let f = selected().to_device;
-    TO_DEVICE.store(f as *mut (), Ordering::Relaxed);
+    let _ = TO_DEVICE.compare_exchange(
+        resolve_to_device as *mut (),
+        f as *mut (),
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
     // SAFETY: forwarded caller guarantee.
     unsafe { f(dst, src, n) }
 }
 
 unsafe fn resolve_from_device(dst: *mut u8, src: *const u8, n: usize) {
     let f = selected().from_device;
-    FROM_DEVICE.store(f as *mut (), Ordering::Relaxed);
+    let _ = FROM_DEVICE.compare_exchange(
+        resolve_from_device as *mut (),
+        f as *mut (),
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
     // SAFETY: forwarded caller guarantee.
     unsafe { f(dst, src, n) }
 }
@@ -266,8 +282,8 @@ fn small_ladder(device: usize, n: usize, mut access: impl FnMut(usize, usize)) {
     }
 }
 
-/// Whether `n` (< 16) bytes at `device` are one naturally aligned access: n is 1, 2, 4 or 8 and
-/// `device` a multiple of it.
+/// Whether `n` (< 16) bytes at `device` (not null) are one naturally aligned access: n is 1, 2,
+/// 4 or 8 and `device` a multiple of it. (Powers of two below 16 are at most 8.)
 #[inline(always)]
 fn is_one_access(device: usize, n: usize) -> bool {
     // n = 0 fails unless `device` is 0: n - 1 wraps to all ones.
