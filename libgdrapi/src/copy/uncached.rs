@@ -159,6 +159,28 @@ mod tests {
     }
 
     #[test]
+    fn copies_to_a_registered_range_go_through_the_checking_dispatch_byte_exact() {
+        let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut device = vec![0u8; 4096 + 64];
+        let src: Vec<u8> = (0..4000).map(|i| (i * 7 + 3) as u8).collect();
+        let registration = register(device.as_ptr() as usize, device.len());
+        let dst = device[3..].as_mut_ptr();
+        // SAFETY: 4000 bytes from offset 3 lie inside `device`; `src` holds 4000.
+        unsafe { super::super::to_device(dst, src.as_ptr(), src.len()) };
+        let mut back = vec![0u8; src.len()];
+        // SAFETY: as above, the other way.
+        unsafe { super::super::from_device(back.as_mut_ptr(), dst, back.len()) };
+        drop(registration);
+        assert_eq!(
+            TO_DEVICE.load(Ordering::Relaxed),
+            checking_to_device as *mut ()
+        );
+        assert_eq!(&device[3..4003], &src[..]);
+        assert_eq!(back, src);
+        assert!(device[..3].iter().chain(&device[4003..]).all(|&b| b == 0));
+    }
+
+    #[test]
     fn beyond_capacity_every_address_is_uncached_until_they_go() {
         let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
         let base = 0x30_0000_0000usize;
