@@ -56,12 +56,25 @@
  *    never leaves one of the library's locks held in the child. The child may call gdr_close on an inherited
  *    gdr_t (it frees the child's copy without touching the parent's pins) and gdr_open for its
  *    own; nothing else.
- *  - Copies touch device memory only with naturally aligned 1-64 byte accesses and end with a
- *    fence: after writes a store fence (x86 sfence), after reads a load fence (x86 lfence:
- *    every read is complete before anything later starts). Neither orders earlier writes
- *    before later reads: write a doorbell, then read, with a full fence (mfence) between, as
- *    with upstream. They give no ordering guarantee towards GPU work already running.
+ *  - Copies touch device memory only with naturally aligned 1-64 byte accesses (1-8 bytes on
+ *    an uncached DEVICE mapping, in address order) and end with a fence: after writes a store
+ *    fence (x86 sfence), after reads a load fence (x86 lfence: every read is complete before
+ *    anything later starts). Neither orders earlier writes before later reads: write a
+ *    doorbell, then read, with a full fence (mfence) between, as with upstream. They give no
+ *    ordering guarantee towards GPU work already running.
  *    GDRCOPY_COPY_VARIANT forces a CPU variant.
+ *  - Polling a WC mapping on x86. gdr_copy_from_mapping reads 16 bytes and more with
+ *    streaming loads ((v)movntdqa) on CPUs with SSE4.1, shorter ranges with plain loads, and
+ *    ends with lfence. A streaming load may fetch its whole 64-byte line into a streaming load
+ *    buffer, which is not kept coherent with other agents' writes (Intel SDM Vol. 1, 12.10.3):
+ *    a movntdqa loop on one line may keep reading the buffer's old copy; that repeating a load
+ *    re-fetches the line is only "likely". The SDM asks for an mfence to synchronise streaming
+ *    loads with other agents' writes (Vol. 2B, MOVNTDQA); lfence orders the loads but is not
+ *    documented to refresh the buffer. So poll with reads of at most 8 bytes, or put an mfence
+ *    (_mm_mfence()) between polls. To poll a flag, then read the payload, put an mfence
+ *    between the flag read and the payload read, as the SDM's Example 12-1 does. Only when
+ *    both are gdr_copy_from_mapping calls of fewer than 16 bytes does the lfence that ends the
+ *    flag's call suffice (a flag read with your own load needs an lfence there).
  *  - Logging: GDRCOPY_ENABLE_LOGGING (set = on) and GDRCOPY_LOG_LEVEL (1 debug .. 4 error).
  *
  * Two backends, chosen by gdr_open: the mtgdrdrv module when /dev/mtgdrdrv can be opened, else

@@ -147,6 +147,9 @@ impl PinnedBuffer {
             len,
             mapping_type,
             forks: handles::fork_generation(),
+            // Before the mapping is published: copies to it must know it is uncached.
+            _uncached: (mapping_type == MappingType::Device)
+                .then(|| copy::register_uncached(ptr.as_ptr() as usize, len)),
         })
     }
 
@@ -276,6 +279,9 @@ pub(crate) struct RawMapping {
     pub mapping_type: MappingType,
     /// `handles::fork_generation()` when mapped: the mapping exists in that process only.
     forks: u64,
+    /// DEVICE mappings are listed for the copy routines until the mapping is dropped (after
+    /// its unmap, when no copy can reach it).
+    _uncached: Option<copy::UncachedRegistration>,
 }
 
 impl RawMapping {

@@ -5,7 +5,8 @@
  * host without a GPU or a kernel module.
  *
  * open() of /dev/mtgdrdrv (or upstream's /dev/gdrdrv) returns a memfd; the ioctls a library
- * issues on it are answered as the driver would for one pinned, write-combined buffer; mmap() of
+ * issues on it are answered as the driver would for one pinned buffer, write-combined or (when
+ * REQ_MAPPING_TYPE asks for it) DEVICE; mmap() of
  * it returns fresh anonymous memory standing in for the BAR pages. Every other call goes to libc.
  * The answers follow the ioctl ABI (mtgdrdrv/kmod/mtgdrdrv_ioctl.h, upstream's numbers).
  */
@@ -30,6 +31,8 @@ struct node {
 	/* upstream's /dev/gdrdrv: answers with upstream's versions */
 	int upstream;
 	__u64 pinned_addr, pinned_size;
+	/* what REQ_MAPPING_TYPE asked for: WC (the default) or DEVICE */
+	__u32 mapping_type;
 };
 
 static struct node nodes[8];
@@ -58,6 +61,7 @@ static int open_node(int kind)
 	if (n->fd < 0)
 		return -1;
 	n->upstream = kind == 2;
+	n->mapping_type = GDR_MR_WC;
 	node_count++;
 	return n->fd;
 }
@@ -158,13 +162,13 @@ static int node_ioctl(struct node *n, unsigned long request, void *arg)
 		struct GDRDRV_IOC_GET_INFO_PARAMS *p = arg;
 		fill_info(n, &p->va, &p->mapped_size, &p->page_size);
 		p->mapped = 1;
-		p->wc_mapping = 1;
+		p->wc_mapping = n->mapping_type == GDR_MR_WC;
 		return 0;
 	}
 	case GDRDRV_IOC_GET_INFO_V2: {
 		struct GDRDRV_IOC_GET_INFO_V2_PARAMS *p = arg;
 		fill_info(n, &p->va, &p->mapped_size, &p->page_size);
-		p->mapping_type = GDR_MR_WC;
+		p->mapping_type = n->mapping_type;
 		return 0;
 	}
 	case GDRDRV_IOC_GET_ATTR: {
@@ -174,10 +178,12 @@ static int node_ioctl(struct node *n, unsigned long request, void *arg)
 	}
 	case GDRDRV_IOC_REQ_MAPPING_TYPE: {
 		struct GDRDRV_IOC_REQ_MAPPING_TYPE_PARAMS *p = arg;
-		if (p->mapping_type != GDR_MR_NONE && p->mapping_type != GDR_MR_WC) {
+		if (p->mapping_type != GDR_MR_NONE && p->mapping_type != GDR_MR_WC &&
+		    p->mapping_type != GDR_MR_DEVICE) {
 			errno = EINVAL;
 			return -1;
 		}
+		n->mapping_type = p->mapping_type == GDR_MR_NONE ? GDR_MR_WC : p->mapping_type;
 		return 0;
 	}
 	default:

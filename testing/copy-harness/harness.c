@@ -4,7 +4,8 @@
  * gdr_open, gdr_pin_buffer, gdr_map, gdr_copy_{to,from}_mapping through a real mapping handle.
  * The device node is devnode_double.so's (LD_PRELOAD), so any host can run it.
  *
- *   harness count LIB            read cases from stdin, call each once under a tracer
+ *   harness count LIB [device]   read cases from stdin, call each once under a tracer
+ *                                (device: through a DEVICE mapping, gdr_map_v2's request)
  *   harness time LIB [LIB...]    read cases from stdin, time each in every library, interleaved
  *
  * A case is a line `to|from SIZE DEVICE_MISALIGNMENT HOST_MISALIGNMENT`.
@@ -44,6 +45,8 @@ struct lib {
 	copy_from_fn from;
 	mh_t mh;
 	char *map;
+	/* map with GDR_MAP_FLAG_REQ_DEVICE_MAPPING (3) instead of gdr_map's default */
+	int device;
 };
 
 struct copy_case {
@@ -82,6 +85,7 @@ static void open_lib(struct lib *l)
 	gdr_t (*gdr_open)(void);
 	int (*pin)(gdr_t, unsigned long, size_t, uint64_t, uint32_t, mh_t *);
 	int (*map)(gdr_t, mh_t, void **, size_t);
+	int (*map_v2)(gdr_t, mh_t, void **, size_t, int);
 	void *so = dlopen(l->path, RTLD_NOW | RTLD_LOCAL);
 	void *va;
 	gdr_t g;
@@ -91,6 +95,8 @@ static void open_lib(struct lib *l)
 	gdr_open = (gdr_t(*)(void))sym(so, "gdr_open");
 	pin = sym(so, "gdr_pin_buffer");
 	map = sym(so, "gdr_map");
+	/* Only device mode needs gdr_map_v2, which older libraries lack. */
+	map_v2 = l->device ? sym(so, "gdr_map_v2") : NULL;
 	l->to = (copy_to_fn)sym(so, "gdr_copy_to_mapping");
 	l->from = (copy_from_fn)sym(so, "gdr_copy_from_mapping");
 	g = gdr_open();
@@ -98,7 +104,7 @@ static void open_lib(struct lib *l)
 		die("gdr_open failed", l->path);
 	if (pin(g, GPU_VA, PIN_SIZE, 0, 0, &l->mh))
 		die("gdr_pin_buffer failed", l->path);
-	if (map(g, l->mh, &va, PIN_SIZE))
+	if (l->device ? map_v2(g, l->mh, &va, PIN_SIZE, 3) : map(g, l->mh, &va, PIN_SIZE))
 		die("gdr_map failed", l->path);
 	l->map = va;
 }
@@ -213,10 +219,16 @@ int main(int argc, char **argv)
 	size_t nlibs = (size_t)argc - 2, n;
 
 	if (argc < 3 || (strcmp(argv[1], "count") && strcmp(argv[1], "time")) ||
-	    (!strcmp(argv[1], "count") && argc != 3) || nlibs > 8)
-		die("usage: harness count LIB | harness time LIB [LIB...] < cases", NULL);
+	    (!strcmp(argv[1], "count") &&
+	     (argc > 4 || (argc == 4 && strcmp(argv[3], "device")))) ||
+	    nlibs > 8)
+		die("usage: harness count LIB [device] | harness time LIB [LIB...] < cases", NULL);
 	for (size_t i = 0; i < nlibs; i++)
 		libs[i].path = argv[i + 2];
+	if (!strcmp(argv[1], "count")) {
+		nlibs = 1;
+		libs[0].device = argc == 4;
+	}
 	memset(host_buf, 0x5a, sizeof(host_buf));
 	n = read_cases(cases);
 	setvbuf(stdout, NULL, _IOLBF, 0);

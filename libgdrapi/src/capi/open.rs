@@ -165,8 +165,8 @@ impl Memh {
             return Ok(Quiesced::Yes);
         };
         if handles::quiesce(&[key]).is_err() {
-            // RawMapping has no Drop: forgetting it keeps the memory mapped.
-            drop(mapping);
+            // Kept whole: mapped, and still listed as uncached if it is (see `copy::uncached`).
+            std::mem::forget(mapping);
             self.kept = true;
             return Ok(Quiesced::Leaked);
         }
@@ -257,8 +257,8 @@ fn release_all(drained: Vec<(u64, Memh)>, in_opener: bool) -> Result<(), Error> 
     let mut freeable = Vec::with_capacity(keys.len());
     for (key, mut memh) in drained {
         match memh.mapping.take() {
-            // Kept mapped (RawMapping has no Drop), and so is the slot a copy may still read.
-            Some(mapping) if !quiesced => drop(mapping),
+            // Kept whole, and so is the slot a copy may still read.
+            Some(mapping) if !quiesced => std::mem::forget(mapping),
             Some(mut mapping) => {
                 // SAFETY: the handle is retired and no copy through it is in flight.
                 match unsafe { mapping.unmap() } {

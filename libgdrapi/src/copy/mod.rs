@@ -11,7 +11,8 @@
 //! The variant is chosen once, from CPU feature flags only (never the vendor string: Hygon CPUs
 //! report `HygonGenuine`); `GDRCOPY_COPY_VARIANT` can force one. Stores and loads are chosen
 //! independently: the default is the first supported entry of the architecture's list that is not
-//! marked `on_request` (see x86_64.rs for the rule there).
+//! marked `on_request` (see x86_64.rs for the rule there). DEVICE (uncached) mappings are copied
+//! with the generic variant's small accesses whatever the variant (see uncached.rs).
 //!
 //! Every copy ends with a fence: write-combined stores and loads from WC memory are weakly
 //! ordered, and the caller expects the data to be on its way (or in hand) when the call returns.
@@ -22,6 +23,7 @@ use std::sync::OnceLock;
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
+mod uncached;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 
@@ -49,6 +51,8 @@ impl Variant {
         (self.supported)()
     }
 }
+
+pub(crate) use uncached::{register as register_uncached, Registration as UncachedRegistration};
 
 /// Environment variable that forces a variant by name (for benchmarks and tests).
 pub const VARIANT_ENV: &str = "GDRCOPY_COPY_VARIANT";
@@ -152,16 +156,28 @@ fn variant_names() -> String {
 static TO_DEVICE: AtomicPtr<()> = AtomicPtr::new(resolve_to_device as *mut ());
 static FROM_DEVICE: AtomicPtr<()> = AtomicPtr::new(resolve_from_device as *mut ());
 
+// A resolver replaces only itself: the routines that check for DEVICE mappings, once installed
+// (`uncached`), stay.
 unsafe fn resolve_to_device(dst: *mut u8, src: *const u8, n: usize) {
     let f = selected().to_device;
-    TO_DEVICE.store(f as *mut (), Ordering::Relaxed);
+    let _ = TO_DEVICE.compare_exchange(
+        resolve_to_device as *mut (),
+        f as *mut (),
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
     // SAFETY: forwarded caller guarantee.
     unsafe { f(dst, src, n) }
 }
 
 unsafe fn resolve_from_device(dst: *mut u8, src: *const u8, n: usize) {
     let f = selected().from_device;
-    FROM_DEVICE.store(f as *mut (), Ordering::Relaxed);
+    let _ = FROM_DEVICE.compare_exchange(
+        resolve_from_device as *mut (),
+        f as *mut (),
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
     // SAFETY: forwarded caller guarantee.
     unsafe { f(dst, src, n) }
 }
@@ -266,12 +282,12 @@ fn small_ladder(device: usize, n: usize, mut access: impl FnMut(usize, usize)) {
     }
 }
 
-/// Whether `n` bytes at `device` are one naturally aligned access: n is 1, 2, 4 or 8 and
-/// `device` a multiple of it.
+/// Whether `n` (< 16) bytes at `device` (not null) are one naturally aligned access: n is 1, 2,
+/// 4 or 8 and `device` a multiple of it. (Powers of two below 16 are at most 8.)
 #[inline(always)]
 fn is_one_access(device: usize, n: usize) -> bool {
-    // 0 wraps to usize::MAX and fails the first test.
-    n.wrapping_sub(1) < 8 && (n | device) & n.wrapping_sub(1) == 0
+    // n = 0 fails unless `device` is 0: n - 1 wraps to all ones.
+    (n | device) & n.wrapping_sub(1) == 0
 }
 
 /// A copy of fewer than 16 bytes to the device, without the fence. The commonest, one naturally
@@ -281,7 +297,14 @@ unsafe fn small_to_device(dst: *mut u8, src: *const u8, n: usize) {
     debug_assert!(n < 16);
     if is_one_access(dst as usize, n) {
         // SAFETY: the caller's ranges hold `n` bytes; `dst` is aligned to `n`.
-        return unsafe { store_small(dst, src, n) };
+        return unsafe {
+            match n {
+                2 => store_small(dst, src, 2),
+                4 => store_small(dst, src, 4),
+                8 => store_small(dst, src, 8),
+                _ => store_small(dst, src, 1),
+            }
+        };
     }
     small_ladder(dst as usize, n, |off, width| {
         // SAFETY: `off + width <= n`, so both ranges are the caller's; `dst + off` is aligned
@@ -333,6 +356,51 @@ unsafe fn load_small(dst: *mut u8, src: *const u8, width: usize) {
     }
 }
 
+/// Stores up to `align` (a power of two ≤ 16) alignment of `dst`, or all of `n` if that comes
+/// first, in naturally aligned steps; returns the pointers and length after them. One test when
+/// `dst` is already aligned (the common case).
+#[inline(always)]
+unsafe fn store_head(
+    dst: *mut u8,
+    src: *const u8,
+    n: usize,
+    align: usize,
+) -> (*mut u8, *const u8, usize) {
+    let head = (dst as usize).wrapping_neg() & (align - 1);
+    if head == 0 {
+        return (dst, src, n);
+    }
+    let h = head.min(n);
+    small_ladder(dst as usize, h, |off, width| {
+        // SAFETY: `off + width <= h <= n`, inside the caller's ranges; the ladder aligns
+        // `dst + off` to `width`.
+        unsafe { store_small(dst.add(off), src.add(off), width) }
+    });
+    // SAFETY: `h <= n` bytes were valid at both pointers.
+    unsafe { (dst.add(h), src.add(h), n - h) }
+}
+
+/// [`store_head`] for loads: `src` is the device side.
+#[inline(always)]
+unsafe fn load_head(
+    dst: *mut u8,
+    src: *const u8,
+    n: usize,
+    align: usize,
+) -> (*mut u8, *const u8, usize) {
+    let head = (src as usize).wrapping_neg() & (align - 1);
+    if head == 0 {
+        return (dst, src, n);
+    }
+    let h = head.min(n);
+    small_ladder(src as usize, h, |off, width| {
+        // SAFETY: as in `store_head`, with the device side being `src`.
+        unsafe { load_small(dst.add(off), src.add(off), width) }
+    });
+    // SAFETY: as in `store_head`.
+    unsafe { (dst.add(h), src.add(h), n - h) }
+}
+
 /// Host → device: small accesses up to 16-byte alignment, single 16/32-byte steps up to the
 /// widest alignment, the bulk at the widest width, then the remainder narrowing down.
 #[inline(always)]
@@ -342,12 +410,8 @@ pub(crate) unsafe fn ladder_to<E: Engine>(mut dst: *mut u8, mut src: *const u8, 
     // inside those ranges, and each wide access is made at a device address aligned to its width.
     unsafe {
         if E::STORE_MAX >= 16 {
-            while n > 0 && (dst as usize) % 16 != 0 {
-                let w = small_width(dst as usize, n);
-                store_small(dst, src, w);
-                (dst, src, n) = (dst.add(w), src.add(w), n - w);
-            }
-            while n >= 16 && (dst as usize) % E::STORE_MAX != 0 {
+            (dst, src, n) = store_head(dst, src, n, 16);
+            while E::STORE_MAX > 16 && n >= 16 && (dst as usize) % E::STORE_MAX != 0 {
                 let w = if E::STORE_MAX >= 32 && n >= 32 && (dst as usize) % 32 == 0 {
                     32
                 } else {
@@ -370,10 +434,20 @@ pub(crate) unsafe fn ladder_to<E: Engine>(mut dst: *mut u8, mut src: *const u8, 
                 E::store32(dst, src, k);
                 (dst, src, n) = (dst.add(k), src.add(k), n - k);
             }
-            if n >= 16 {
+            // Where 16 bytes is the widest access this is the bulk, whose loops test for
+            // nothing to do themselves.
+            if E::STORE_MAX == 16 || n >= 16 {
                 let k = n & !15;
                 E::store16(dst, src, k);
                 (dst, src, n) = (dst.add(k), src.add(k), n - k);
+            }
+        } else {
+            // Small accesses only (the generic variant, and DEVICE mappings): up to 8-byte
+            // alignment, then 8 bytes at a time, without asking `small_width` each time.
+            (dst, src, n) = store_head(dst, src, n, 8);
+            while n >= 8 {
+                store_small(dst, src, 8);
+                (dst, src, n) = (dst.add(8), src.add(8), n - 8);
             }
         }
         while n > 0 {
@@ -390,12 +464,8 @@ pub(crate) unsafe fn ladder_from<E: Engine>(mut dst: *mut u8, mut src: *const u8
     // SAFETY (whole body): as `ladder_to`, with alignment taken on the device side `src`.
     unsafe {
         if E::LOAD_MAX >= 16 {
-            while n > 0 && (src as usize) % 16 != 0 {
-                let w = small_width(src as usize, n);
-                load_small(dst, src, w);
-                (dst, src, n) = (dst.add(w), src.add(w), n - w);
-            }
-            while n >= 16 && (src as usize) % E::LOAD_MAX != 0 {
+            (dst, src, n) = load_head(dst, src, n, 16);
+            while E::LOAD_MAX > 16 && n >= 16 && (src as usize) % E::LOAD_MAX != 0 {
                 let w = if E::LOAD_MAX >= 32 && n >= 32 && (src as usize) % 32 == 0 {
                     32
                 } else {
@@ -418,10 +488,20 @@ pub(crate) unsafe fn ladder_from<E: Engine>(mut dst: *mut u8, mut src: *const u8
                 E::load32(dst, src, k);
                 (dst, src, n) = (dst.add(k), src.add(k), n - k);
             }
-            if n >= 16 {
+            // Where 16 bytes is the widest access this is the bulk, whose loops test for
+            // nothing to do themselves.
+            if E::LOAD_MAX == 16 || n >= 16 {
                 let k = n & !15;
                 E::load16(dst, src, k);
                 (dst, src, n) = (dst.add(k), src.add(k), n - k);
+            }
+        } else {
+            // Small accesses only (the generic variant, and DEVICE mappings): up to 8-byte
+            // alignment, then 8 bytes at a time, without asking `small_width` each time.
+            (dst, src, n) = load_head(dst, src, n, 8);
+            while n >= 8 {
+                load_small(dst, src, 8);
+                (dst, src, n) = (dst.add(8), src.add(8), n - 8);
             }
         }
         while n > 0 {

@@ -161,12 +161,19 @@ pub enum Entry {
 /// inside the handle's live mapping. Lock-free and without a system call: the copy path.
 #[inline(always)]
 pub fn enter(handle: u64, ptr: usize, len: usize) -> Entry {
-    let hazard = current::get_or_idle();
-    // Busy: the thread has no hazard on the fast path (`IDLE`), or this copy runs in a signal
-    // handler that interrupted one of the thread's copies, whose announcement must stay.
-    if hazard.handle.load(Ordering::Relaxed) != 0 {
+    let hazard = current::fast();
+    // Busy: the thread has no hazard on the fast path (`IDLE`, or its TCB when static TLS was
+    // not to be had), or this copy runs in a signal handler that interrupted one of the
+    // thread's copies, whose announcement must stay.
+    // SAFETY: `fast` returns a pointer whose first word is readable (see `current`); for a
+    // hazard that word is its announcement, which only this thread writes, so a plain read
+    // (one `cmp` with memory) races with no write.
+    if unsafe { hazard.cast::<u64>().read() } != 0 {
         return Entry::NoHazard;
     }
+    // SAFETY: a first word of 0 is a hazard's free announcement (IDLE's and a TCB's are never
+    // 0): this thread's own hazard, which lives forever.
+    let hazard: &'static Hazard = unsafe { &*hazard };
     hazard.handle.store(handle, Ordering::Relaxed);
     // The unmap side's membarrier makes every thread execute a full barrier between this
     // announcement and the check (a hazard is installed for this path only while membarrier
@@ -186,25 +193,26 @@ pub fn enter(handle: u64, ptr: usize, len: usize) -> Entry {
 #[cold]
 #[inline(never)]
 pub fn enter_cold(handle: u64, ptr: usize, len: usize) -> Option<ColdCopying> {
-    let copying = if current::get().is_some() {
-        nested(handle)?
-    } else {
-        match OWNED.try_with(|h| h.0) {
-            Ok(Some(own)) if own.handle.load(Ordering::Relaxed) == 0 => {
-                own.handle.store(handle, Ordering::Relaxed);
-                if own.fast.load(Ordering::Relaxed) {
-                    // As in `enter`, which this thread's later copies take.
-                    compiler_fence(Ordering::SeqCst);
-                } else {
-                    fence(Ordering::SeqCst);
-                }
-                ColdCopying(Cold::Own(Copying(own)))
+    let own = match current::get() {
+        Some(own) => Ok(Some(own)),
+        None => OWNED.try_with(|h| h.0),
+    };
+    let copying = match own {
+        Ok(Some(own)) if own.handle.load(Ordering::Relaxed) == 0 => {
+            own.handle.store(handle, Ordering::Relaxed);
+            if own.fast.load(Ordering::Relaxed) {
+                // As in `enter`, which this thread's later copies take.
+                compiler_fence(Ordering::SeqCst);
+            } else {
+                fence(Ordering::SeqCst);
             }
-            Ok(Some(_busy)) => nested(handle)?,
-            // All hazards taken, or the thread's storage is being torn down (a copy from a
-            // TLS destructor).
-            _ => counted(handle)?,
+            ColdCopying(Cold::Own(Copying(own)))
         }
+        // Busy: a copy in a signal handler that interrupted one of this thread's copies.
+        Ok(Some(_busy)) => nested(handle)?,
+        // All hazards taken, or the thread's storage is being torn down (a copy from a
+        // TLS destructor).
+        _ => counted(handle)?,
     };
     mapping_contains(handle, ptr, len).then_some(copying)
 }

@@ -235,3 +235,27 @@ fn an_exiting_thread_gives_its_hazard_back() {
     });
     release(h);
 }
+
+/// After a thread's first copy its later copies find its hazard on the fast path: through the
+/// static TLS offset on x86-64 (the test binary's TLS is static), else the thread-local cell.
+#[test]
+fn after_the_first_copy_the_copy_path_finds_the_hazard() {
+    init();
+    let h = allocate().expect("slot");
+    in_child(|| {
+        set_mapped(h, 0x60_0000, 0x1000);
+        if FENCED.load(Ordering::SeqCst) {
+            return false;
+        }
+        // Before: IDLE, or the thread's TCB until a first copy in the process learnt the
+        // static offset; either reads as busy.
+        // SAFETY: `fast` returns a pointer whose first word is readable (see `current`).
+        let before =
+            current::get().is_none() && unsafe { current::fast().cast::<u64>().read() } != 0;
+        let copied = with_mapping(h, 0x60_0000, 8, || ());
+        let installed = current::get().is_some_and(|h| std::ptr::eq(current::fast(), h));
+        let fast = matches!(enter(h, 0x60_0000, 8), Entry::Inside(_));
+        before && copied && installed && fast
+    });
+    release(h);
+}

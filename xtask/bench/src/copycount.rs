@@ -9,7 +9,8 @@
 //!   (`libgdrapi/copy-ceilings.txt`), which in turn must stay within the goals written there;
 //! - the device accesses of every size 1–136 at every device misalignment 0–63, and larger sizes
 //!   at chosen ones: each naturally aligned, of the direction's kind, inside the copy, no byte
-//!   touched twice and none missed.
+//!   touched twice and none missed; and, through a DEVICE (uncached) mapping with each variant
+//!   selected, the same with no access wider than 8 bytes.
 
 mod ceilings;
 mod trace;
@@ -76,16 +77,7 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(library) = &args.library {
         tools.library =
             std::fs::canonicalize(library).with_context(|| format!("{}", library.display()))?;
-        let measured = trace::run(
-            &tools.harness,
-            &tools.preload,
-            &tools.library,
-            "",
-            Virtual::default(),
-            &table_cases(),
-            0,
-        )?
-        .1;
+        let measured = trace::run(&tools, "", Virtual::default(), false, &table_cases(), 0)?.1;
         let rows: Vec<Row> = measured
             .iter()
             .map(|m| Row {
@@ -119,8 +111,13 @@ pub fn run(args: Args) -> Result<()> {
         bail!("copy calls miss their goals:\n{}", failures.join("\n"));
     }
     println!(
-        "copy-counts: every variant within {} and every device access checked",
-        ceilings::PATH
+        "copy-counts: every variant within {} and every device access checked{}",
+        ceilings::PATH,
+        if args.table_only {
+            ""
+        } else {
+            " (through DEVICE mappings: none wider than 8 bytes)"
+        }
     );
     Ok(())
 }
@@ -221,11 +218,27 @@ fn cpu_for(variant: &gdrapi::copy::Variant) -> Option<Virtual> {
     })
 }
 
-/// One harness run: a variant, the CPU the tracer plays, and the calls to make.
+/// One harness run: a variant, the CPU the tracer plays, the mapping's type, and the calls to
+/// make.
 struct Job {
     variant: &'static gdrapi::copy::Variant,
     cpu: Virtual,
+    /// Through a DEVICE mapping: accesses only, no table row.
+    device_mapping: bool,
     cases: Vec<Case>,
+}
+
+/// Widest device access a DEVICE (uncached) mapping may get, whatever the variant.
+const DEVICE_MAPPING_MAX_ACCESS: u64 = 8;
+
+/// The calls through a DEVICE mapping: every path through the small-access ladder (the
+/// routine every variant must use there) at every misalignment, and the table's sizes.
+fn device_mapping_cases() -> Vec<Case> {
+    let mut cases = table_cases();
+    for to_device in [true, false] {
+        cases.extend(routine_cases(to_device, 8));
+    }
+    cases
 }
 
 /// The jobs: every variant's table, and the access cases of each routine once. Variants share
@@ -273,8 +286,17 @@ fn jobs(args: &Args) -> Result<Vec<Job>> {
         jobs.push(Job {
             variant: v,
             cpu,
+            device_mapping: false,
             cases,
         });
+        if !args.table_only {
+            jobs.push(Job {
+                variant: v,
+                cpu,
+                device_mapping: true,
+                cases: device_mapping_cases(),
+            });
+        }
     }
     Ok(jobs)
 }
@@ -295,11 +317,19 @@ pub fn measure(tools: &Tools, args: &Args) -> Result<(Vec<Row>, Vec<String>)> {
                     // Largest jobs first would balance better; the list is short either way.
                     while let Some(job) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) {
                         let name = job.variant.name;
-                        let measured = measure_variant(tools, name, job.cpu, &job.cases, worker)?;
+                        let measured = measure_variant(tools, job, worker)?;
+                        let (label, max_access) = if job.device_mapping {
+                            (format!("{name}, DEVICE mapping"), DEVICE_MAPPING_MAX_ACCESS)
+                        } else {
+                            (name.to_string(), 64)
+                        };
                         for m in &measured {
-                            if let Err(e) = check_accesses(m) {
-                                failures.push(format!("{name}: {e}"));
+                            if let Err(e) = check_accesses(m, max_access) {
+                                failures.push(format!("{label}: {e}"));
                             }
+                        }
+                        if job.device_mapping {
+                            continue;
                         }
                         rows.extend(measured.iter().take(table_len()).map(|m| Row {
                             variant: name.to_string(),
@@ -341,23 +371,26 @@ fn table_len() -> usize {
     2 * SIZES.len()
 }
 
-fn measure_variant(
-    tools: &Tools,
-    variant: &str,
-    cpu: Virtual,
-    cases: &[Case],
-    worker: usize,
-) -> Result<Vec<Measured>> {
+fn measure_variant(tools: &Tools, job: &Job, worker: usize) -> Result<Vec<Measured>> {
+    let variant = job.variant.name;
     let (chosen, measured) = trace::run(
-        &tools.harness,
-        &tools.preload,
-        &tools.library,
+        tools,
         variant,
-        cpu,
-        cases,
+        job.cpu,
+        job.device_mapping,
+        &job.cases,
         worker,
     )
-    .with_context(|| format!("measuring variant {variant}"))?;
+    .with_context(|| {
+        format!(
+            "measuring variant {variant}{}",
+            if job.device_mapping {
+                " through a DEVICE mapping"
+            } else {
+                ""
+            }
+        )
+    })?;
     ensure!(
         chosen == variant,
         "the library chose variant {chosen:?} where {variant} was asked for"
@@ -365,9 +398,9 @@ fn measure_variant(
     Ok(measured)
 }
 
-/// The device side of one call: naturally aligned accesses of the direction's kind, exactly
-/// covering the copied range once.
-fn check_accesses(m: &Measured) -> Result<()> {
+/// The device side of one call: naturally aligned accesses of the direction's kind, none wider
+/// than `max_access` bytes, exactly covering the copied range once.
+fn check_accesses(m: &Measured, max_access: u64) -> Result<()> {
     let c = m.case;
     let what = format!(
         "{} {} B at device+{} host+{}",
@@ -396,6 +429,12 @@ fn check_accesses(m: &Measured) -> Result<()> {
         ensure!(
             a.width.is_power_of_two() && a.width <= 64 && a.addr % a.width == 0,
             "{what}: {} bytes at device+{} are not naturally aligned",
+            a.width,
+            a.addr - lo
+        );
+        ensure!(
+            a.width <= max_access,
+            "{what}: {} bytes at device+{} (at most {max_access} on this mapping)",
             a.width,
             a.addr - lo
         );
@@ -491,8 +530,8 @@ mod tests {
 
     #[test]
     fn the_access_check_catches_each_fault() {
-        assert!(check_accesses(&measured(12, true, &[(0, 8, true), (8, 4, true)])).is_ok());
-        let err = |m: Measured| check_accesses(&m).unwrap_err().to_string();
+        assert!(check_accesses(&measured(12, true, &[(0, 8, true), (8, 4, true)]), 64).is_ok());
+        let err = |m: Measured| check_accesses(&m, 64).unwrap_err().to_string();
         assert!(err(measured(12, true, &[(0, 8, true), (8, 2, true)])).contains("never accessed"));
         assert!(err(measured(
             12,
@@ -504,6 +543,15 @@ mod tests {
         assert!(err(measured(8, true, &[(0, 8, true), (8, 8, true)])).contains("outside"));
         assert!(err(measured(8, true, &[(0, 8, false)])).contains("only stores"));
         assert!(err(measured(8, false, &[(0, 8, true)])).contains("only loads"));
+        // A DEVICE mapping: 16 bytes in one access are refused, in two 8-byte ones accepted.
+        let wide = measured(16, true, &[(0, 16, true)]);
+        assert!(check_accesses(&wide, DEVICE_MAPPING_MAX_ACCESS)
+            .unwrap_err()
+            .to_string()
+            .contains("at most 8"));
+        assert!(check_accesses(&wide, 64).is_ok());
+        let narrow = measured(16, false, &[(0, 8, false), (8, 8, false)]);
+        assert!(check_accesses(&narrow, DEVICE_MAPPING_MAX_ACCESS).is_ok());
     }
 
     #[test]

@@ -13,7 +13,6 @@
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::os::unix::process::CommandExt as _;
-use std::path::Path;
 use std::process::{Command, Stdio};
 
 use anyhow::{bail, ensure, Context, Result};
@@ -73,15 +72,15 @@ impl Virtual {
     }
 }
 
-/// Runs the harness on `lib` with copy variant `variant` and measures every case; also returns
-/// the variant the library says it chose. Tracer and harness run on CPU `cpu`: a single step is
-/// a round trip between them, several times faster when no wake-up crosses CPUs.
+/// Runs the harness on the library with copy variant `variant`, through a write-combining
+/// mapping or (`device_mapping`) a DEVICE one, and measures every case; also returns the variant
+/// the library says it chose. Tracer and harness run on CPU `cpu`: a single step is a round
+/// trip between them, several times faster when no wake-up crosses CPUs.
 pub fn run(
-    harness: &Path,
-    preload: &Path,
-    lib: &Path,
+    tools: &super::Tools,
     variant: &str,
     virt: Virtual,
+    device_mapping: bool,
     cases: &[Case],
     cpu: usize,
 ) -> Result<(String, Vec<Measured>)> {
@@ -90,11 +89,12 @@ pub fn run(
     if set.set(cpu).is_ok() {
         let _ = nix::sched::sched_setaffinity(Pid::from_raw(0), &set);
     }
-    let mut command = Command::new(harness);
+    let mut command = Command::new(&tools.harness);
     command
         .arg("count")
-        .arg(lib)
-        .env("LD_PRELOAD", preload)
+        .arg(&tools.library)
+        .args(device_mapping.then_some("device"))
+        .env("LD_PRELOAD", &tools.preload)
         .env(gdrapi::copy::VARIANT_ENV, variant)
         // Info level: the library names the variant it chose.
         .env(gdrapi::log::ENABLE_ENV, "1")
