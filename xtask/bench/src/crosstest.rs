@@ -62,6 +62,13 @@ pub fn unit_tests(sh: &Shell, target: &Target) -> Result<()> {
         // The library targets' tests: libgdrapi's integration test (tests/cdylib.rs) runs host
         // compilers, and header_test below is its arm64 counterpart.
         .args(["--quiet", "-p", "mtgdrdrv", "-p", "libgdrapi", "--lib"])
+        // qemu-user cannot run it: a seccomp filter for arm64 system calls would be installed
+        // in the x86-64 qemu process. The native run covers the arm64-neutral protocol.
+        .args([
+            "--",
+            "--skip",
+            "an_unmap_after_membarrier_broke_keeps_the_mapping",
+        ])
         .run()
         .with_context(|| format!("tests of mtgdrdrv and libgdrapi for {}", target.triple))
 }
