@@ -210,6 +210,39 @@ partial line[    4.500000] BUG: KFENCE: use-after-free read in g+0x3/0x4\r
         );
     }
 
+    /// A real report: the debug kernel's step provokes it with LKDTM (vmtest/debug.rs), copied
+    /// from its console (stack shortened). One problem for the KASAN report; the lockdep
+    /// shutdown that its taint causes is the second.
+    #[test]
+    fn kasan_report_of_the_debug_kernel() {
+        let log = "\
+[   13.149634] lkdtm: Attempting bad read from freed memory\r
+[   13.150186] ==================================================================\r
+[   13.151631] BUG: KASAN: use-after-free in lkdtm_READ_AFTER_FREE.cold+0x5e/0x129\r
+[   13.153050] Read of size 4 at addr ffff888004d18810 by task sh/39\r
+[   13.153050] \r
+[   13.153050] CPU: 0 PID: 39 Comm: sh Not tainted 6.1.192 #2 \r
+[   13.153050] Hardware name: QEMU Standard PC (i440FX + PIIX, 1996), BIOS 1.16.2-debian-1.16.2-1 04/01/2014\r
+[   13.153050] Call Trace:\r
+[   13.153050]  <TASK>\r
+[   13.153050]  dump_stack_lvl+0x4c/0x5f\r
+[   13.153050]  print_report+0x193/0x4a3\r
+[   13.153050]  kasan_report+0xd7/0x180\r
+[   13.153050]  lkdtm_READ_AFTER_FREE.cold+0x5e/0x129\r
+[   13.153050]  </TASK>\r
+[   13.153050] ==================================================================\r
+[   13.192973] Disabling lock debugging due to kernel taint\r
+[   13.197911] lkdtm: FAIL: Memory was not poisoned!\r
+";
+        assert_eq!(
+            kernel_problems(log),
+            [
+                "[   13.151631] BUG: KASAN: use-after-free in lkdtm_READ_AFTER_FREE.cold+0x5e/0x129",
+                "[   13.192973] Disabling lock debugging due to kernel taint",
+            ]
+        );
+    }
+
     #[test]
     fn timestamps() {
         assert_eq!(kernel_message("[    1.5] x"), Some((0, " x")));
