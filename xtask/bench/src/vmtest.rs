@@ -384,6 +384,8 @@ pub(crate) struct Variant {
     pub full: bool,
     /// The fuzzer's kernel-level operations unless MTGDRCOPY_FUZZ_OPS says.
     pub fuzz_ops: u64,
+    /// Script lines run first (e.g. `export` of the tests' knobs).
+    pub head: String,
     /// Script lines run last, before the script exits with the tests' status (`rc`).
     pub tail: String,
     /// Names the console log: build/vm/module-tests-<log_name>.log.
@@ -396,6 +398,7 @@ impl Variant {
         Variant {
             full: kernel.builder == Builder::Host,
             fuzz_ops: 100_000,
+            head: String::new(),
             tail: String::new(),
             log_name: kernel.release.clone(),
         }
@@ -435,13 +438,14 @@ pub(crate) fn run_module_tests_as(sh: &Shell, kernel: &Kernel, variant: &Variant
     } else {
         String::new()
     };
-    spec.script = SCRIPT
-        .replace("@DOCTOR_FUNCTION@\n", doctor::FUNCTION)
-        .replace("@ENVIRONMENT@", ENVIRONMENT)
-        .replace("@DOCTOR_LOADED@\n", &doctor::loaded_states())
-        .replace("@FUZZ_SEED@", &seed)
-        .replace("@FUZZ_OPS@", &ops)
-        .replace("@FROM_SOURCE@\n", &format!("{from_source}{}", variant.tail));
+    spec.script = variant.head.clone()
+        + &SCRIPT
+            .replace("@DOCTOR_FUNCTION@\n", doctor::FUNCTION)
+            .replace("@ENVIRONMENT@", ENVIRONMENT)
+            .replace("@DOCTOR_LOADED@\n", &doctor::loaded_states())
+            .replace("@FUZZ_SEED@", &seed)
+            .replace("@FUZZ_OPS@", &ops)
+            .replace("@FROM_SOURCE@\n", &format!("{from_source}{}", variant.tail));
     let expected_exits = doctor::exit_checks(&spec.script);
     let log = paths::build_dir()
         .join("vm")
