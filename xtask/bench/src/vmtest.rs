@@ -384,6 +384,8 @@ pub(crate) struct Variant {
     pub full: bool,
     /// The fuzzer's kernel-level operations unless MTGDRCOPY_FUZZ_OPS says.
     pub fuzz_ops: u64,
+    /// Appended to the guest kernel's command line.
+    pub cmdline: String,
     /// Script lines run first (e.g. `export` of the tests' knobs).
     pub head: String,
     /// Script lines run last, before the script exits with the tests' status (`rc`).
@@ -398,6 +400,7 @@ impl Variant {
         Variant {
             full: kernel.builder == Builder::Host,
             fuzz_ops: 100_000,
+            cmdline: String::new(),
             head: String::new(),
             tail: String::new(),
             log_name: kernel.release.clone(),
@@ -413,6 +416,7 @@ pub fn run_module_tests(sh: &Shell, kernel: &Kernel) -> Result<()> {
 /// [`run_module_tests`] with what `variant` adds or leaves out.
 pub(crate) fn run_module_tests_as(sh: &Shell, kernel: &Kernel, variant: &Variant) -> Result<()> {
     let mut spec = module_vm(sh, kernel)?;
+    spec.extra_cmdline = variant.cmdline.clone();
     // The fuzzer's seed: MTGDRCOPY_FUZZ_SEED replays a run, else a new one each time (printed).
     let seed = std::env::var("MTGDRCOPY_FUZZ_SEED").unwrap_or_else(|_| {
         let t = std::time::SystemTime::now()
