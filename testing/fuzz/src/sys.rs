@@ -3,7 +3,6 @@
 //! calls cannot corrupt this process's own memory.
 
 use std::ffi::CString;
-use std::io::{Read, Seek, SeekFrom};
 
 pub type Errno = i32;
 
@@ -343,45 +342,19 @@ pub fn device_vmas() -> Vec<(usize, usize, String, u64)> {
         .collect()
 }
 
-/// Kernel log lines written after [`KernelLog::start`].
-pub struct KernelLog {
-    file: Option<std::fs::File>,
-}
-
-impl KernelLog {
-    pub fn start() -> KernelLog {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open("/dev/kmsg")
-            .ok()
-            .and_then(|mut f| f.seek(SeekFrom::End(0)).ok().map(|_| f));
-        KernelLog { file }
-    }
-
-    /// Messages since `start`, one record per line ("<prio>,<seq>,...;text").
-    pub fn read(&mut self) -> Vec<String> {
-        let mut out = Vec::new();
-        let Some(f) = self.file.as_mut() else {
-            return out;
-        };
-        let mut buf = vec![0u8; 8192];
-        loop {
-            match f.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => {
-                    let rec = String::from_utf8_lossy(&buf[..n]);
-                    if let Some((_, text)) = rec.split_once(';') {
-                        out.push(text.lines().next().unwrap_or("").to_string());
-                    }
-                }
-                // EPIPE: records were overwritten while we were not reading; go on.
-                Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue,
-                Err(_) => break,
-            }
+/// Whether `file` becomes readable (data or end of file) within `timeout`.
+pub fn poll_readable(file: &impl std::os::fd::AsRawFd, timeout: std::time::Duration) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: file.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    loop {
+        // SAFETY: one pollfd, valid for the call.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n >= 0 || errno() != libc::EINTR {
+            return n > 0;
         }
-        out
     }
 }
-
-use std::os::unix::fs::OpenOptionsExt;

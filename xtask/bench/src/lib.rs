@@ -10,6 +10,7 @@ pub mod bench;
 pub mod copycount;
 pub mod cpu;
 pub mod crosstest;
+pub mod debugkernel;
 pub mod elf;
 pub mod fuzz;
 pub mod glibcfloor;

@@ -3,6 +3,7 @@
 //! test binary, load, test, unload, and judge the run by the tests' exit code, the kernel log
 //! and the leak counters.
 
+mod debug;
 mod doctor;
 mod from_source;
 mod judge;
@@ -20,6 +21,8 @@ use xtask_base::{host, paths};
 
 use crate::kernel::{self, Builder, Kernel};
 use crate::vm;
+pub use debug::STEP as DEBUG_KERNEL_STEP;
+pub use judge::print_guest_steps;
 use judge::{check_tool_statuses, judge};
 pub(crate) use script::load_only;
 use script::{ENVIRONMENT, SCRIPT};
@@ -374,9 +377,46 @@ pub fn tools_vm(sh: &Shell, kernel: &Kernel, script: &str) -> Result<vm::VmSpec>
     Ok(spec)
 }
 
+/// What a run of the module tests adds or leaves out for a kind of kernel.
+pub(crate) struct Variant {
+    /// The README's from-source lines (built with this machine's compiler) and the second boot
+    /// with x86 PAT off: for Debian's 6.1 kernel.
+    pub full: bool,
+    /// The fuzzer's kernel-level operations unless MTGDRCOPY_FUZZ_OPS says.
+    pub fuzz_ops: u64,
+    /// Appended to the guest kernel's command line.
+    pub cmdline: String,
+    /// Script lines run first (e.g. `export` of the tests' knobs).
+    pub head: String,
+    /// Script lines run last, before the script exits with the tests' status (`rc`).
+    pub tail: String,
+    /// Names the console log: build/vm/module-tests-<log_name>.log.
+    pub log_name: String,
+}
+
+impl Variant {
+    /// Debian's kernels: the full run on 6.1 (built here), the rest on the matrix's kernels.
+    fn stock(kernel: &Kernel) -> Variant {
+        Variant {
+            full: kernel.builder == Builder::Host,
+            fuzz_ops: 100_000,
+            cmdline: String::new(),
+            head: String::new(),
+            tail: String::new(),
+            log_name: kernel.release.clone(),
+        }
+    }
+}
+
 /// One boot of `kernel` running the module tests, judged by exit code, kernel log and counters.
 pub fn run_module_tests(sh: &Shell, kernel: &Kernel) -> Result<()> {
+    run_module_tests_as(sh, kernel, &Variant::stock(kernel))
+}
+
+/// [`run_module_tests`] with what `variant` adds or leaves out.
+pub(crate) fn run_module_tests_as(sh: &Shell, kernel: &Kernel, variant: &Variant) -> Result<()> {
     let mut spec = module_vm(sh, kernel)?;
+    spec.extra_cmdline = variant.cmdline.clone();
     // The fuzzer's seed: MTGDRCOPY_FUZZ_SEED replays a run, else a new one each time (printed).
     let seed = std::env::var("MTGDRCOPY_FUZZ_SEED").unwrap_or_else(|_| {
         let t = std::time::SystemTime::now()
@@ -385,34 +425,35 @@ pub fn run_module_tests(sh: &Shell, kernel: &Kernel) -> Result<()> {
         format!("{:#x}", t ^ u64::from(std::process::id()) << 32)
     });
     eprintln!("    mtgdrdrv_fuzz seed {seed} (MTGDRCOPY_FUZZ_SEED={seed} replays it)");
-    // Kernel-level operations of the fuzzer (MTGDRCOPY_FUZZ_OPS, default 100,000, the issue's
-    // floor per CI run: about 4 to 5 minutes under TCG).
+    // Kernel-level operations of the fuzzer (MTGDRCOPY_FUZZ_OPS, default 100,000 on Debian's
+    // kernels, the floor per CI run: about 4 to 5 minutes under TCG).
     let ops = std::env::var("MTGDRCOPY_FUZZ_OPS")
         .ok()
         .filter(|v| v.parse::<u64>().is_ok())
-        .unwrap_or_else(|| "100000".into());
+        .unwrap_or_else(|| variant.fuzz_ops.to_string());
     // mtgdrdrv maps differently with PAT off; only kernels with VM_PAT care (6.1, not 7.x).
-    let nopat = (kernel.builder == Builder::Host).then(|| nopat_vm(&spec, kernel));
+    let nopat = variant.full.then(|| nopat_vm(&spec, kernel));
     // The README's from-source lines build the module with this machine's compiler, so only
     // for a kernel built here (the 6.1 run; the matrix's chroot kernels skip it).
-    let from_source = if kernel.builder == Builder::Host {
+    let from_source = if variant.full {
         let (files, step) = from_source::prepare(sh, kernel)?;
         spec.files.extend(files);
         step
     } else {
         String::new()
     };
-    spec.script = SCRIPT
-        .replace("@DOCTOR_FUNCTION@\n", doctor::FUNCTION)
-        .replace("@ENVIRONMENT@", ENVIRONMENT)
-        .replace("@DOCTOR_LOADED@\n", &doctor::loaded_states())
-        .replace("@FUZZ_SEED@", &seed)
-        .replace("@FUZZ_OPS@", &ops)
-        .replace("@FROM_SOURCE@\n", &from_source);
+    spec.script = variant.head.clone()
+        + &SCRIPT
+            .replace("@DOCTOR_FUNCTION@\n", doctor::FUNCTION)
+            .replace("@ENVIRONMENT@", ENVIRONMENT)
+            .replace("@DOCTOR_LOADED@\n", &doctor::loaded_states())
+            .replace("@FUZZ_SEED@", &seed)
+            .replace("@FUZZ_OPS@", &ops)
+            .replace("@FROM_SOURCE@\n", &format!("{from_source}{}", variant.tail));
     let expected_exits = doctor::exit_checks(&spec.script);
     let log = paths::build_dir()
         .join("vm")
-        .join(format!("module-tests-{}.log", kernel.release));
+        .join(format!("module-tests-{}.log", variant.log_name));
     let t = Instant::now();
     let outcome = vm::run(&spec, &log)?;
     timed("VM run", t);
@@ -457,21 +498,6 @@ fn nopat_vm(spec: &vm::VmSpec, kernel: &Kernel) -> (vm::VmSpec, PathBuf) {
     (spec, log)
 }
 
-/// The guest's step markers, as durations.
-pub fn print_guest_steps(console: &str) {
-    let marks: Vec<(&str, f64)> = console
-        .lines()
-        .filter_map(|l| {
-            let rest = &l[l.find("MTGDRCOPY-STEP ")? + "MTGDRCOPY-STEP ".len()..];
-            let mut f = rest.split_whitespace();
-            Some((f.next()?, f.next()?.parse().ok()?))
-        })
-        .collect();
-    for pair in marks.windows(2) {
-        eprintln!("      guest {}: {:.1} s", pair[0].0, pair[1].1 - pair[0].1);
-    }
-}
-
 /// The outcome of the last 6.1 run of `cargo xtask test` in this process, for the kernel
 /// matrix's table (which then does not boot 6.1 a second time).
 static BOOKWORM_E2E: std::sync::Mutex<Option<Result<(), String>>> = std::sync::Mutex::new(None);
@@ -481,20 +507,23 @@ pub fn bookworm_e2e_outcome() -> Option<Result<(), String>> {
     BOOKWORM_E2E.lock().ok().and_then(|o| o.clone())
 }
 
-/// The VM steps of `cargo xtask test`.
+/// The VM steps of `cargo xtask test`: Debian's 6.1 kernel, then the debug kernel.
 pub fn test_steps() -> Vec<Step<'static>> {
-    vec![(
-        "kernel module tests in QEMU (Debian 6.1)",
-        Box::new(|sh: &Shell| {
-            host::ensure_host_packages(HOST_PACKAGES)?;
-            let kernel = kernel::bookworm_kernel()?;
-            let result = run_module_tests(sh, &kernel);
-            if let Ok(mut slot) = BOOKWORM_E2E.lock() {
-                *slot = Some(result.as_ref().map(|_| ()).map_err(|e| format!("{e:#}")));
-            }
-            result
-        }),
-    )]
+    vec![
+        (
+            "kernel module tests in QEMU (Debian 6.1)",
+            Box::new(|sh: &Shell| {
+                host::ensure_host_packages(HOST_PACKAGES)?;
+                let kernel = kernel::bookworm_kernel()?;
+                let result = run_module_tests(sh, &kernel);
+                if let Ok(mut slot) = BOOKWORM_E2E.lock() {
+                    *slot = Some(result.as_ref().map(|_| ()).map_err(|e| format!("{e:#}")));
+                }
+                result
+            }),
+        ),
+        debug::test_step(),
+    ]
 }
 
 #[cfg(test)]

@@ -12,7 +12,12 @@ pub fn exit_code(console: &str) -> Option<i32> {
 }
 
 /// Texts that start a kernel problem report (WARN, BUG, oops, KFENCE, DEBUG_LIST, panic, hung
-/// task, RCU stall).
+/// task, RCU stall), with those of the debug kernel's checkers: KASAN and KFENCE ("BUG: KASAN:",
+/// "BUG: KFENCE:"), DEBUG_ATOMIC_SLEEP ("BUG: sleeping function called from invalid context",
+/// "BUG: scheduling while atomic"), DEBUG_VM ("kernel BUG at mm/…" from VM_BUG_ON, "WARNING:"
+/// from VM_WARN_ON, "BUG: Bad page state", dump_page's reason) and lockdep ("WARNING: possible
+/// circular locking dependency detected" and its other "WARNING:" reports, "BUG: MAX_… too
+/// low!", and the two ways it stops checking without a report of its own).
 const PROBLEMS: &[&str] = &[
     "WARNING:",
     "BUG:",
@@ -26,7 +31,16 @@ const PROBLEMS: &[&str] = &[
     "INFO: task",
     "self-detected stall",
     "UBSAN:",
+    "page dumped because:",
+    "INFO: trying to register non-static key",
+    // Lockdep is off from here on: whatever taints the kernel so was reported before, but the
+    // rest of the run is no longer checked.
+    "Disabling lock debugging due to kernel taint",
 ];
+
+/// The console's own note that it skipped messages (printed without a timestamp): one of them
+/// may have been a report.
+const DROPPED: &str = " printk messages dropped **";
 
 /// A stack dump counts on its own only when no report above explains it: a WARNING is followed
 /// by a Call Trace, and one problem should be one entry. This many kernel lines back.
@@ -42,6 +56,10 @@ pub fn kernel_problems(console: &str) -> Vec<String> {
     let mut recent: Vec<(&str, &str)> = Vec::new();
     let mut since_problem = usize::MAX;
     for line in console.lines() {
+        if line.contains(DROPPED) {
+            problems.push(line.trim_end().to_owned());
+            continue;
+        }
         let Some((start, text)) = kernel_message(line) else {
             continue;
         };
@@ -143,6 +161,85 @@ partial line[    4.500000] BUG: KFENCE: use-after-free read in g+0x3/0x4\r
         assert_eq!(
             kernel_problems(log),
             ["[    3.592921] NMI backtrace for cpu 0"]
+        );
+    }
+
+    /// The reports of the debug kernel's checkers, as 6.1 prints them (kernel/locking/lockdep.c,
+    /// kernel/sched/core.c, mm/debug.c, mm/page_alloc.c, kernel/panic.c, kernel/printk/printk.c),
+    /// each must be one problem, named by its first line.
+    #[test]
+    fn debug_kernel_reports() {
+        let log = "\
+[  301.114203] ======================================================\r
+[  301.114481] WARNING: possible circular locking dependency detected\r
+[  301.114767] 6.1.192 #1 Tainted: G           O      \r
+[  301.115032] ------------------------------------------------------\r
+[  301.115311] mtgdrdrv_fuzz/412 is trying to acquire lock:\r
+[  301.115571] ffff888009b4e0a8 (&mm->mmap_lock){++++}-{3:3}, at: mtgdrdrv_unpin+0x61/0x2c0 [mtgdrdrv]\r
+[  301.115990] \r
+[  301.115990] but task is already holding lock:\r
+[  301.116339] ffff88800a1c5828 (&f->lock){+.+.}-{3:3}, at: mtgdrdrv_ioctl+0x7b/0x530 [mtgdrdrv]\r
+[  301.120000] Call Trace:\r
+[  302.000001] BUG: sleeping function called from invalid context at mm/slab.h:742\r
+[  302.000002] in_atomic(): 1, irqs_disabled(): 0, non_block: 0, pid: 95, name: mtgdrdrv_fuzz\r
+[  302.000003] preempt_count: 1, expected: 0\r
+[  303.000001] page:00000000a1b2c3d4 refcount:0 mapcount:0 mapping:0000000000000000 index:0x0 pfn:0x1234\r
+[  303.000002] page dumped because: VM_BUG_ON_PAGE(page_ref_count(page) == 0)\r
+[  303.000003] ------------[ cut here ]------------\r
+[  303.000004] kernel BUG at include/linux/mm.h:1150!\r
+[  304.000001] INFO: trying to register non-static key.\r
+[  304.000002] The code is fine but needs lockdep annotation, or maybe\r
+[  304.000003] you didn't initialize this object before use?\r
+[  304.000004] turning off the locking correctness validator.\r
+[  305.000001] Disabling lock debugging due to kernel taint\r
+** 1021 printk messages dropped **\r
+[  306.000001] BUG: MAX_LOCKDEP_CHAIN_HLOCKS too low!\r
+";
+        assert_eq!(
+            kernel_problems(log),
+            [
+                "[  301.114481] WARNING: possible circular locking dependency detected",
+                "[  302.000001] BUG: sleeping function called from invalid context at mm/slab.h:742",
+                "[  303.000002] page dumped because: VM_BUG_ON_PAGE(page_ref_count(page) == 0)",
+                "[  303.000004] kernel BUG at include/linux/mm.h:1150!",
+                "[  304.000001] INFO: trying to register non-static key.",
+                "[  305.000001] Disabling lock debugging due to kernel taint",
+                "** 1021 printk messages dropped **",
+                "[  306.000001] BUG: MAX_LOCKDEP_CHAIN_HLOCKS too low!",
+            ]
+        );
+    }
+
+    /// A real report: the debug kernel's step provokes it with LKDTM (vmtest/debug.rs), copied
+    /// from its console (stack shortened). One problem for the KASAN report; the lockdep
+    /// shutdown that its taint causes is the second.
+    #[test]
+    fn kasan_report_of_the_debug_kernel() {
+        let log = "\
+[   13.149634] lkdtm: Attempting bad read from freed memory\r
+[   13.150186] ==================================================================\r
+[   13.151631] BUG: KASAN: use-after-free in lkdtm_READ_AFTER_FREE.cold+0x5e/0x129\r
+[   13.153050] Read of size 4 at addr ffff888004d18810 by task sh/39\r
+[   13.153050] \r
+[   13.153050] CPU: 0 PID: 39 Comm: sh Not tainted 6.1.192 #2 \r
+[   13.153050] Hardware name: QEMU Standard PC (i440FX + PIIX, 1996), BIOS 1.16.2-debian-1.16.2-1 04/01/2014\r
+[   13.153050] Call Trace:\r
+[   13.153050]  <TASK>\r
+[   13.153050]  dump_stack_lvl+0x4c/0x5f\r
+[   13.153050]  print_report+0x193/0x4a3\r
+[   13.153050]  kasan_report+0xd7/0x180\r
+[   13.153050]  lkdtm_READ_AFTER_FREE.cold+0x5e/0x129\r
+[   13.153050]  </TASK>\r
+[   13.153050] ==================================================================\r
+[   13.192973] Disabling lock debugging due to kernel taint\r
+[   13.197911] lkdtm: FAIL: Memory was not poisoned!\r
+";
+        assert_eq!(
+            kernel_problems(log),
+            [
+                "[   13.151631] BUG: KASAN: use-after-free in lkdtm_READ_AFTER_FREE.cold+0x5e/0x129",
+                "[   13.192973] Disabling lock debugging due to kernel taint",
+            ]
         );
     }
 

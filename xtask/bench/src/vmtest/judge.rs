@@ -32,6 +32,21 @@ pub(super) fn check_tool_statuses(console: &str, expected: usize, log: &Path) ->
     Ok(())
 }
 
+/// The guest's step markers, as durations.
+pub fn print_guest_steps(console: &str) {
+    let marks: Vec<(&str, f64)> = console
+        .lines()
+        .filter_map(|l| {
+            let rest = &l[l.find("MTGDRCOPY-STEP ")? + "MTGDRCOPY-STEP ".len()..];
+            let mut f = rest.split_whitespace();
+            Some((f.next()?, f.next()?.parse().ok()?))
+        })
+        .collect();
+    for pair in marks.windows(2) {
+        eprintln!("      guest {}: {:.1} s", pair[0].0, pair[1].1 - pair[0].1);
+    }
+}
+
 pub(super) fn judge(outcome: &vm::VmOutcome, log: &Path) -> Result<()> {
     let console = &outcome.console;
     // The in-VM test summary, repeated for whoever reads this run's output.
