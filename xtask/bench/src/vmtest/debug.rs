@@ -25,12 +25,12 @@ pub const STEP: &str =
 /// The fuzzer's operations on the debug kernel: KASAN and lockdep make every kernel entry
 /// several times slower under TCG, so fewer than the 100,000 of Debian's kernel fit the step's
 /// budget (docs/testing.md, "The debug kernel").
-const FUZZ_OPS: u64 = 30_000;
+const FUZZ_OPS: u64 = 15_000;
 
-/// Prepended to the module tests' script: the 8-thread stress test runs 1,000 cycles instead of
+/// Prepended to the module tests' script: the 8-thread stress test runs 500 cycles instead of
 /// 10,000. Lockdep learns each lock order the first time it is taken, and at 10,000 cycles that
 /// one test took more than 8 minutes of this step on a loaded 2-core machine.
-const FEWER_CYCLES: &str = "export MTGDRCOPY_STRESS_CYCLES=1000\n";
+const FEWER_CYCLES: &str = "export MTGDRCOPY_STRESS_CYCLES=500\n";
 
 /// Appended to the module tests' script: lockdep is still on after everything ran. It turns
 /// itself off after its first report (which the console then shows) but also, silently, when
