@@ -449,7 +449,7 @@ struct mtgdrdrv_bars *mtgdrdrv_p2p_bars(void)
 	if (!mtgdrdrv_provider_registered())
 		pr_warn_ratelimited("pin refused: mtgpu is loaded but not initialised (its PCI driver is not registered; disable_driver=1?): reload mtgpu without disable_driver=1, or reboot\n");
 	else
-		pr_warn_ratelimited("pin refused: no device is bound to mtgpu\n");
+		pr_warn_ratelimited("pin refused: no device bound to mtgpu has an assigned, enabled, prefetchable memory BAR\n");
 	return bars;
 }
 
