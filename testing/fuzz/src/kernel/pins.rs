@@ -70,7 +70,7 @@ impl Worker {
             _ => return Err(vec![libc::EINVAL]),
         };
         // The last page must be roundable up.
-        if end > u64::MAX & !4095 {
+        if end > !4095 {
             return Err(vec![libc::EINVAL]);
         }
         // The file's byte limit, checked before the provider is asked (issue 30, item 14).
