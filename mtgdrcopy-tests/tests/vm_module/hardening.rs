@@ -309,7 +309,10 @@ fn a_fragmented_pin_maps_and_unmaps_without_holding_the_cpu() {
     munmap(addr, size as usize);
     let munmap_time = t.elapsed();
     let worst = ticker.stop();
-    eprintln!("{runs} runs: mmap {mmap_time:?}, munmap {munmap_time:?}, longest wait of a real-time thread on the same CPU {worst:?}");
+    // Past the test harness's capture, so the run's log keeps the figures.
+    let line = format!("MTGDRCOPY-FRAGMENTED-PIN {runs} runs: mmap {mmap_time:?}, munmap {munmap_time:?}, longest wait of a real-time thread on the same CPU {worst:?}\n");
+    // SAFETY: writing a buffer we own to stderr.
+    unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
     // Held for most of a call, not only a host hiccup of the emulated CPU: a loop that never
     // yields keeps the thread waiting for nearly all of it (measured before the fix: 117 ms of
     // a 179 ms mmap); one that yields every 64 runs, for a few milliseconds.
@@ -325,7 +328,9 @@ fn a_fragmented_pin_maps_and_unmaps_without_holding_the_cpu() {
 }
 
 /// The kernel's preemption model switched to "none" for one test (PREEMPT_DYNAMIC kernels,
-/// debugfs sched/preempt); the old model comes back on drop.
+/// debugfs sched/preempt); the old model comes back on drop. Kernels with lazy preemption
+/// (x86 since 6.13-era releases) may not offer "none": there any kernel loop is preempted for a
+/// real-time thread anyway, and the test measures the model they run.
 struct PreemptNone(String);
 
 const PREEMPT: &str = "/sys/kernel/debug/sched/preempt";
@@ -340,7 +345,14 @@ impl PreemptNone {
             .find_map(|w| w.strip_prefix('(')?.strip_suffix(')'))
             .expect("current model")
             .to_string();
-        write_param(PREEMPT, "none");
+        if now.split_whitespace().any(|w| w == "none" || w == "(none)") {
+            write_param(PREEMPT, "none");
+        } else {
+            eprintln!(
+                "sched/preempt offers no \"none\" ({}): measured under {old}",
+                now.trim()
+            );
+        }
         PreemptNone(old)
     }
 }

@@ -83,13 +83,16 @@ impl Worker {
     }
 
     /// The mapping type a new mapping of pin `p` gets, if the model can tell: the BAR's kernel
-    /// mapping wins; a mapping of memory another live mapping shares may take its memtype.
-    pub(super) fn predicted_map_type(&self, p: usize, alias: bool) -> Option<u32> {
+    /// mapping wins. Without it, a WC request is WC (nothing else reserves the BAR uncached);
+    /// a DEVICE request takes, page by page, whatever x86 PAT has reserved there (WC for pages
+    /// another mapping reserved WC, which the model cannot always tell: the memtype lookup
+    /// covers a neighbouring page too), so it is read back and must be WC or DEVICE.
+    pub(super) fn predicted_map_type(&self, p: usize) -> Option<u32> {
         match self.limits.kmap.as_str() {
             "uc" => Some(3),
             "wc" => Some(1),
-            _ if alias => None,
-            _ => Some(if self.pins[p].req == 3 { 3 } else { 1 }),
+            _ if self.pins[p].req == 3 => None,
+            _ => Some(1),
         }
     }
 

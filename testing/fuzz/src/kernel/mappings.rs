@@ -119,10 +119,8 @@ impl Worker {
         if fixed_resv.is_some_and(|a| a != start) {
             finding!("MAP_FIXED mmap moved");
         }
-        // The type the pages really got (issue 30, item 19): the BAR's kernel mapping decides,
-        // or a live mapping of the same memory; else the one asked for.
-        let alias = self.alias_conflict(p);
-        self.pins[p].map_type = match self.predicted_map_type(p, alias) {
+        // The type the pages really got (issue 30, item 19).
+        self.pins[p].map_type = match self.predicted_map_type(p) {
             Some(t) => t,
             None => self.observed_map_type(fd, self.pins[p].handle)?,
         };
