@@ -76,19 +76,26 @@ static void emu_apply_bar_state(int state)
 	emu_bar_state = state;
 }
 
-/* Maps the whole BAR for the kernel as @kmap says; caller holds emu_dev.lock. */
+/*
+ * Maps the whole BAR for the kernel as @kmap says, after dropping the old mapping (whose
+ * reservation would otherwise decide the new one's type); caller holds emu_dev.lock. A
+ * reservation of part of the BAR that exists already (a WC user mapping) decides the type too:
+ * x86 gives the new mapping that type, or refuses it.
+ */
 static int emu_apply_kmap(int kmap)
 {
 	void __iomem *addr = NULL;
 
+	if (emu_kmap_addr)
+		iounmap(emu_kmap_addr);
+	emu_kmap_addr = NULL;
+	emu_kmap = EMU_KMAP_NONE;
 	if (kmap == EMU_KMAP_UC)
 		addr = ioremap(emu_dev.bar_phys, emu_dev.bar_size);
 	else if (kmap == EMU_KMAP_WC)
 		addr = ioremap_wc(emu_dev.bar_phys, emu_dev.bar_size);
 	if (kmap != EMU_KMAP_NONE && !addr)
 		return -ENOMEM;
-	if (emu_kmap_addr)
-		iounmap(emu_kmap_addr);
 	emu_kmap_addr = addr;
 	emu_kmap = kmap;
 	return 0;

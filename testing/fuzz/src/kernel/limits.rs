@@ -83,15 +83,22 @@ impl Worker {
     }
 
     /// The mapping type a new mapping of pin `p` gets, if the model can tell: the BAR's kernel
-    /// mapping wins. Without it, a WC request is WC (nothing else reserves the BAR uncached);
-    /// a DEVICE request takes, page by page, whatever x86 PAT has reserved there (WC for pages
-    /// another mapping reserved WC, which the model cannot always tell: the memtype lookup
-    /// covers a neighbouring page too), so it is read back and must be WC or DEVICE.
+    /// mapping wins (it is only changed while nothing is mapped, so every later reservation
+    /// takes its type). Without it, a WC request is WC unless a live mapping made under an
+    /// uncached kernel mapping still holds an uncached reservation; a DEVICE request takes,
+    /// page by page, whatever x86 PAT has reserved there (WC for pages another mapping
+    /// reserved WC, which the model cannot always tell: the memtype lookup of a page may see
+    /// its neighbour's). Where the model cannot tell, the type is read back and must be WC or
+    /// DEVICE.
     pub(super) fn predicted_map_type(&self, p: usize) -> Option<u32> {
+        let uc_reserved = self.vmas.iter().any(|v| {
+            let q = &self.pins[v.pin];
+            v.pin != p && q.req != 3 && q.map_type == 3
+        });
         match self.limits.kmap.as_str() {
             "uc" => Some(3),
             "wc" => Some(1),
-            _ if self.pins[p].req == 3 => None,
+            _ if self.pins[p].req == 3 || uc_reserved => None,
             _ => Some(1),
         }
     }
@@ -124,13 +131,17 @@ impl Worker {
                 self.limits.max_runs = value;
             }
             _ => {
-                let want = ["none", "uc", "wc"][self.rng.index(3)];
+                // A kernel mapping takes the type of reservations that exist already (a live WC
+                // user mapping makes an "uc" one WC): only changed while nothing is mapped.
+                let want = if self.vmas.is_empty() {
+                    ["none", "uc", "wc"][self.rng.index(3)]
+                } else {
+                    "none"
+                };
                 self.note(format!("emulator bar_kernel_map={want}"));
-                // A kernel mapping of another type than live reservations is refused (x86
-                // allows no aliases): the write may fail; the model takes what the emulator says.
                 let r = write_param(EMU_PARAMS, "bar_kernel_map", want);
                 let now = read_param(EMU_PARAMS, "bar_kernel_map").unwrap_or_default();
-                if r.is_ok() && now != want || r.is_err() && want == "none" {
+                if r.is_err() || now != want {
                     finding!("bar_kernel_map={want}: {r:?}, now {now}");
                 }
                 self.limits.kmap = now;
