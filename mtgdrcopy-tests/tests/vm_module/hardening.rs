@@ -301,25 +301,33 @@ fn a_fragmented_pin_maps_and_unmaps_without_holding_the_cpu() {
     let dev = RawDev::open();
     let h = dev.pin(va, size).expect("pin");
     let _preempt = PreemptNone::set();
-    let ticker = Ticker::start();
-    let t = Instant::now();
-    let addr = dev.mmap(h, size as usize).expect("mmap");
-    let mmap_time = t.elapsed();
-    let t = Instant::now();
-    munmap(addr, size as usize);
-    let munmap_time = t.elapsed();
-    let worst = ticker.stop();
+    // Three rounds; the best one counts: a host hiccup of the emulated CPU (TCG on a loaded
+    // machine) hits one round, a loop that never yields hits every one.
+    let mut rounds = Vec::new();
+    for _ in 0..3 {
+        let ticker = Ticker::start();
+        let t = Instant::now();
+        let addr = dev.mmap(h, size as usize).expect("mmap");
+        let mmap_time = t.elapsed();
+        let t = Instant::now();
+        munmap(addr, size as usize);
+        let munmap_time = t.elapsed();
+        rounds.push((ticker.stop(), mmap_time, munmap_time));
+    }
     // Past the test harness's capture, so the run's log keeps the figures.
-    let line = format!("MTGDRCOPY-FRAGMENTED-PIN {runs} runs: mmap {mmap_time:?}, munmap {munmap_time:?}, longest wait of a real-time thread on the same CPU {worst:?}\n");
+    let line = format!(
+        "MTGDRCOPY-FRAGMENTED-PIN {runs} runs, (longest wait of a real-time thread on the same CPU, mmap, munmap) per round: {rounds:?}\n"
+    );
     // SAFETY: writing a buffer we own to stderr.
     unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
-    // Held for most of a call, not only a host hiccup of the emulated CPU: a loop that never
-    // yields keeps the thread waiting for nearly all of it (measured before the fix: 117 ms of
-    // a 179 ms mmap); one that yields every 64 runs, for a few milliseconds.
+    let (worst, mmap_time, munmap_time) = rounds.iter().copied().min().expect("rounds");
+    // Held for most of a call: a loop that never yields keeps the thread waiting for nearly
+    // all of it (measured before the fix: 117 ms of a 179 ms mmap); one that yields every 64
+    // runs, for a few milliseconds.
     let longest = mmap_time.max(munmap_time);
     assert!(
-        worst < Duration::from_millis(50) || worst < longest / 3,
-        "the CPU was held for {worst:?} (mmap {mmap_time:?}, munmap {munmap_time:?})"
+        worst < Duration::from_millis(40) || worst < longest / 3,
+        "the CPU was held for {worst:?} (mmap {mmap_time:?}, munmap {munmap_time:?}) in the best of {rounds:?}"
     );
     dev.unpin(h).expect("unpin");
     drop(dev);
