@@ -187,6 +187,9 @@ struct mtgdrdrv_bars *mtgdrdrv_bars_get(void);
 bool mtgdrdrv_bars_contain(const struct mtgdrdrv_bars *bars, u64 pa, u64 len);
 u64 mtgdrdrv_bars_total(const struct mtgdrdrv_bars *bars);
 bool mtgdrdrv_is_ram(u64 pa, u64 len);
+struct mtgdrdrv_pages;
+int mtgdrdrv_pages_check_bars(const struct mtgdrdrv_pages *pages, u64 len,
+			      const struct mtgdrdrv_bars *bars);
 void mtgdrdrv_bars_free(struct mtgdrdrv_bars *bars);
 bool mtgdrdrv_provider_registered(void);
 
@@ -194,8 +197,6 @@ bool mtgdrdrv_provider_registered(void);
 struct mtgdrdrv_bars *mtgdrdrv_p2p_bars(void);
 int mtgdrdrv_p2p_get(u64 addr, u64 size, const struct mtgdrdrv_bars *bars,
 		     struct mtgdrdrv_pages *pages);
-int mtgdrdrv_pages_check_bars(const struct mtgdrdrv_pages *pages, u64 len,
-			      const struct mtgdrdrv_bars *bars);
 extern unsigned int mtgdrdrv_max_runs_per_pin;
 void mtgdrdrv_p2p_put(struct mtgdrdrv_pages *pages);
 typedef int (*mtgdrdrv_run_fn)(void *ctx, u64 off, phys_addr_t pa, u64 len);

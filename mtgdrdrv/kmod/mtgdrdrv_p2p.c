@@ -580,23 +580,3 @@ int mtgdrdrv_pages_for_each_run(const struct mtgdrdrv_pages *pages, u64 len,
 	}
 	return 0;
 }
-
-static int mtgdrdrv_check_run(void *ctx, u64 off, phys_addr_t pa, u64 len)
-{
-	const struct mtgdrdrv_bars *bars = ctx;
-
-	return mtgdrdrv_bars_contain(bars, pa, len) ? 0 : -ENODEV;
-}
-
-/*
- * Whether bytes [0, len) of the pin still lie in the memory BARs @bars: 0 or
- * -ENODEV. A PCI remove (and rescan) may have taken or moved the BARs after
- * the pin was made; the pin then holds addresses of nothing, or of another
- * device.
- */
-int mtgdrdrv_pages_check_bars(const struct mtgdrdrv_pages *pages, u64 len,
-			      const struct mtgdrdrv_bars *bars)
-{
-	return mtgdrdrv_pages_for_each_run(pages, len, mtgdrdrv_check_run,
-					   (void *)bars);
-}
