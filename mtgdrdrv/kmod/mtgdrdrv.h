@@ -40,6 +40,13 @@
  */
 #define MTGDRDRV_CHUNK_SIZE		(8ULL << 20)
 
+/*
+ * Walks over a pin's runs (memtype reserve and free, remap, BAR checks) yield
+ * the CPU this often: a fragmented pin has up to max_runs_per_pin runs, each
+ * costing a memtype tree operation, under mmap_lock.
+ */
+#define MTGDRDRV_RUNS_PER_RESCHED	64
+
 /* Name of mtgpu's PCI driver: its devices' BARs are where pins may point. */
 #define MTGDRDRV_PROVIDER_DRIVER	"mtgpu"
 
@@ -71,6 +78,7 @@ struct mtgdrdrv_pages {
 	u64 va;			/* pinned start: addr rounded down to PAGE_SIZE */
 	u64 size;		/* pinned length: a multiple of PAGE_SIZE */
 	u32 page_size;		/* the provider's page size (first chunk) */
+	u32 nr_runs;		/* extents of all chunks, <= max_runs_per_pin */
 	cycles_t tm_cycles;	/* duration of the get_pages calls (x86) */
 	u32 nr_chunks;		/* chunks[0..nr_chunks) hold a table */
 	struct mtgdrdrv_chunk **chunks;
@@ -88,7 +96,8 @@ struct mtgdrdrv_pin {
 	u64 offset;			/* addr - pages.va; mmap needs 0 */
 	struct mtgdrdrv_pages pages;
 	gdr_mr_type_t req_type;		/* REQ_MAPPING_TYPE, GDR_MR_NONE if unset */
-	gdr_mr_type_t map_type;		/* type of the live mapping, or NONE */
+	gdr_mr_type_t map_type;		/* cache mode the live mapping really got,
+					 * or NONE (mtgdrdrv_mmap.c) */
 	unsigned int map_count;		/* live VMAs mapping this pin */
 	u64 memtype_len;		/* bytes with a WC memtype reserved, x86 */
 	bool unpinned;
@@ -98,8 +107,8 @@ struct mtgdrdrv_pin {
 /*
  * State of one open file of /dev/mtgdrdrv.
  *
- * @lock protects @pins, @next_handle, @handle_overflow and every pin's
- * mutable fields. It is taken under mmap_lock (->mmap, vm_ops open/close);
+ * @lock protects @pins, @nr_pins, @bytes_pinned, @next_handle,
+ * @handle_overflow and every pin's mutable fields. It is taken under mmap_lock (->mmap, vm_ops open/close);
  * never call copy_{from,to}_user(), mtgpu_p2p_{get,put}_pages() or
  * unmap_mapping_range() with it held.
  */
@@ -108,7 +117,13 @@ struct mtgdrdrv_file {
 	struct list_head pins;
 	u64 next_handle;
 	bool handle_overflow;
-	unsigned int nr_pins;		/* on @pins, unpinned-but-mapped ones too */
+	/*
+	 * Pins on @pins (unpinned-but-mapped ones too) and pins being made,
+	 * and their pinned bytes: what max_pins_per_file and
+	 * max_bytes_per_file limit (mtgdrdrv_pin.c).
+	 */
+	unsigned int nr_pins;
+	u64 bytes_pinned;
 	struct pid *tgid;		/* thread group of the opener */
 	/*
 	 * The opener's address space (mmgrab'ed): an exec that keeps the file
@@ -135,6 +150,16 @@ struct mtgdrdrv_counters {
 	atomic64_t bad_tables;		/* tables refused by validation */
 	atomic64_t provider_unavailable; /* pins refused: mtgpu not initialised */
 	atomic64_t deferred_puts;	/* pins put from the workqueue */
+	/* Pins refused by max_pins_per_file, max_bytes_per_file or
+	 * max_runs_per_pin (-ENOSPC). */
+	atomic64_t pins_over_limit;
+	/* mmaps refused: a run of the pin is no longer in a memory BAR of
+	 * mtgpu's devices (device removed, BARs moved). */
+	atomic64_t stale_maps;
+	/* Mappings asked WC that came out uncached (PAT kept another
+	 * reservation, or PAT is off), and DEVICE ones that came out WC. */
+	atomic64_t wc_came_out_uc;
+	atomic64_t device_came_out_wc;
 };
 
 extern struct mtgdrdrv_counters mtgdrdrv_counters;
@@ -160,11 +185,19 @@ bool mtgdrdrv_is_owner(const struct mtgdrdrv_file *priv);
 struct mtgdrdrv_bars;
 struct mtgdrdrv_bars *mtgdrdrv_bars_get(void);
 bool mtgdrdrv_bars_contain(const struct mtgdrdrv_bars *bars, u64 pa, u64 len);
+u64 mtgdrdrv_bars_total(const struct mtgdrdrv_bars *bars);
+bool mtgdrdrv_is_ram(u64 pa, u64 len);
+struct mtgdrdrv_pages;
+int mtgdrdrv_pages_check_bars(const struct mtgdrdrv_pages *pages, u64 len,
+			      const struct mtgdrdrv_bars *bars);
 void mtgdrdrv_bars_free(struct mtgdrdrv_bars *bars);
 bool mtgdrdrv_provider_registered(void);
 
 /* mtgdrdrv_p2p.c */
-int mtgdrdrv_p2p_get(u64 addr, u64 size, struct mtgdrdrv_pages *pages);
+struct mtgdrdrv_bars *mtgdrdrv_p2p_bars(void);
+int mtgdrdrv_p2p_get(u64 addr, u64 size, const struct mtgdrdrv_bars *bars,
+		     struct mtgdrdrv_pages *pages);
+extern unsigned int mtgdrdrv_max_runs_per_pin;
 void mtgdrdrv_p2p_put(struct mtgdrdrv_pages *pages);
 typedef int (*mtgdrdrv_run_fn)(void *ctx, u64 off, phys_addr_t pa, u64 len);
 int mtgdrdrv_pages_for_each_run(const struct mtgdrdrv_pages *pages, u64 len,
@@ -183,14 +216,16 @@ int mtgdrdrv_ioctl_req_mapping_type(struct mtgdrdrv_file *priv,
 				    void __user *argp);
 struct mtgdrdrv_pin *mtgdrdrv_pin_lookup(struct mtgdrdrv_file *priv,
 					 u64 handle);
-struct mtgdrdrv_pin *mtgdrdrv_pin_lookup_pgoff(struct mtgdrdrv_file *priv,
-					       unsigned long pgoff);
+struct mtgdrdrv_pin *mtgdrdrv_pin_lookup_any(struct mtgdrdrv_file *priv,
+					     u64 handle);
+void mtgdrdrv_pin_unlink(struct mtgdrdrv_file *priv, struct mtgdrdrv_pin *pin);
 void mtgdrdrv_pin_destroy(struct mtgdrdrv_pin *pin);
 void mtgdrdrv_pin_destroy_deferred(struct mtgdrdrv_pin *pin);
 void mtgdrdrv_pins_release(struct mtgdrdrv_file *priv);
 int mtgdrdrv_pin_init(void);
 void mtgdrdrv_pin_exit(void);
 extern unsigned int mtgdrdrv_max_pins_per_file;
+extern unsigned long long mtgdrdrv_max_bytes_per_file;
 
 /* mtgdrdrv_mmap.c */
 int mtgdrdrv_mmap(struct file *filp, struct vm_area_struct *vma);

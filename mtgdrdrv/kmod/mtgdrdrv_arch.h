@@ -11,6 +11,7 @@
 #include <linux/timex.h>
 
 #include "compat.h"
+#include "mtgdrdrv_ioctl.h"
 
 #ifdef CONFIG_X86
 #include <asm/tsc.h>
@@ -40,6 +41,35 @@ static inline bool mtgdrdrv_pat_enabled(void)
 	return pat_enabled();
 #else
 	return false;
+#endif
+}
+
+/*
+ * The cache mode of a present PTE as a mapping type, for GET_INFO: x86 PAT
+ * (or its absence) may give a page another mode than the one asked for.
+ * Uncached is DEVICE, write-combining WC, anything cached CACHING. Without
+ * PAT, cachemode2protval() gives WC the bits of UC-, so UC- is tested first.
+ * Elsewhere the PTE has what was asked (@asked).
+ */
+static inline bool mtgdrdrv_cache_type_readable(void)
+{
+	return IS_ENABLED(CONFIG_X86);
+}
+
+static inline gdr_mr_type_t mtgdrdrv_pte_cache_type(pte_t pte,
+						    gdr_mr_type_t asked)
+{
+#ifdef CONFIG_X86
+	unsigned long bits = pte_flags(pte) & _PAGE_CACHE_MASK;
+
+	if (bits == cachemode2protval(_PAGE_CACHE_MODE_UC_MINUS) ||
+	    bits == cachemode2protval(_PAGE_CACHE_MODE_UC))
+		return GDR_MR_DEVICE;
+	if (bits == cachemode2protval(_PAGE_CACHE_MODE_WC))
+		return GDR_MR_WC;
+	return GDR_MR_CACHING;
+#else
+	return asked;
 #endif
 }
 

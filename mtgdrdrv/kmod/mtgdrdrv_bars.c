@@ -24,6 +24,8 @@
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/device.h>
+#include <linux/ioport.h>
+#include <linux/mm.h>
 #include <linux/overflow.h>
 #include <linux/pci.h>
 #include <linux/slab.h>
@@ -58,6 +60,18 @@ static int mtgdrdrv_count_device(struct device *dev, void *data)
 	return 0;
 }
 
+/* An assigned, enabled, prefetchable memory BAR: device memory. */
+static bool mtgdrdrv_bar_usable(const struct resource *res)
+{
+	if (resource_type(res) != IORESOURCE_MEM ||
+	    !(res->flags & IORESOURCE_PREFETCH))
+		return false;
+	if (res->flags & (IORESOURCE_UNSET | IORESOURCE_DISABLED) ||
+	    !res->parent)
+		return false;
+	return resource_size(res) && res->end >= res->start;
+}
+
 static int mtgdrdrv_add_device(struct device *dev, void *data)
 {
 	struct mtgdrdrv_bars *bars = data;
@@ -67,8 +81,7 @@ static int mtgdrdrv_add_device(struct device *dev, void *data)
 	for (i = 0; i < PCI_STD_NUM_BARS; i++) {
 		const struct resource *res = &pdev->resource[i];
 
-		if (!(resource_type(res) & IORESOURCE_MEM) ||
-		    !resource_size(res) || res->end < res->start)
+		if (!mtgdrdrv_bar_usable(res))
 			continue;
 		if (bars->nr == bars->max)
 			return -ENOSPC;	/* a device bound since we counted */
@@ -132,6 +145,44 @@ bool mtgdrdrv_bars_contain(const struct mtgdrdrv_bars *bars, u64 pa, u64 len)
 			return true;
 	}
 	return false;
+}
+
+/* The bytes of all BARs of @bars: the default of max_bytes_per_file. */
+u64 mtgdrdrv_bars_total(const struct mtgdrdrv_bars *bars)
+{
+	u64 total = 0;
+	unsigned int i;
+
+	for (i = 0; i < bars->nr; i++)
+		total += bars->bar[i].end - bars->bar[i].start + 1;
+	return total;
+}
+
+/* Whether any byte of [pa, pa + len) is System RAM (len > 0). */
+bool mtgdrdrv_is_ram(u64 pa, u64 len)
+{
+	return region_intersects(pa, len, IORESOURCE_SYSTEM_RAM,
+				 IORES_DESC_NONE) != REGION_DISJOINT;
+}
+
+static int mtgdrdrv_check_run(void *ctx, u64 off, phys_addr_t pa, u64 len)
+{
+	const struct mtgdrdrv_bars *bars = ctx;
+
+	return mtgdrdrv_bars_contain(bars, pa, len) ? 0 : -ENODEV;
+}
+
+/*
+ * Whether bytes [0, len) of the pin still lie in the memory BARs @bars: 0 or
+ * -ENODEV. A PCI remove (and rescan) may have taken or moved the BARs after
+ * the pin was made; the pin then holds addresses of nothing, or of another
+ * device.
+ */
+int mtgdrdrv_pages_check_bars(const struct mtgdrdrv_pages *pages, u64 len,
+			      const struct mtgdrdrv_bars *bars)
+{
+	return mtgdrdrv_pages_for_each_run(pages, len, mtgdrdrv_check_run,
+					   (void *)bars);
 }
 
 void mtgdrdrv_bars_free(struct mtgdrdrv_bars *bars)

@@ -233,6 +233,10 @@ static int mtgdrdrv_params_show(struct seq_file *m, void *v)
 	seq_printf(m, "info_enabled: %d\n", READ_ONCE(mtgdrdrv_info_enabled));
 	seq_printf(m, "max_pins_per_file: %u\n",
 		   READ_ONCE(mtgdrdrv_max_pins_per_file));
+	seq_printf(m, "max_bytes_per_file: %llu\n",
+		   READ_ONCE(mtgdrdrv_max_bytes_per_file));
+	seq_printf(m, "max_runs_per_pin: %u\n",
+		   READ_ONCE(mtgdrdrv_max_runs_per_pin));
 #ifdef MTGDRDRV_TEST_HOOKS
 	seq_printf(m, "test_report_version: 0x%x\n",
 		   READ_ONCE(mtgdrdrv_test_report_version));
@@ -264,6 +268,10 @@ static int mtgdrdrv_counters_show(struct seq_file *m, void *v)
 	mtgdrdrv_show_counter(m, c, bad_tables);
 	mtgdrdrv_show_counter(m, c, provider_unavailable);
 	mtgdrdrv_show_counter(m, c, deferred_puts);
+	mtgdrdrv_show_counter(m, c, pins_over_limit);
+	mtgdrdrv_show_counter(m, c, stale_maps);
+	mtgdrdrv_show_counter(m, c, wc_came_out_uc);
+	mtgdrdrv_show_counter(m, c, device_came_out_wc);
 	return 0;
 }
 

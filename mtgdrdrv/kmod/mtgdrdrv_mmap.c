@@ -38,8 +38,22 @@
  * ->close for each one that goes away, and never merges VMAs that have a
  * ->close. The pin counts its VMAs (map_count); it is "mapped" until the
  * last one closes. The callbacks find the pin again, under the file's lock,
- * by the VMA's page offset (which stays inside the pin's offset range across
- * splits); they never keep a pin pointer (upstream 2.4.4 use-after-free).
+ * by its handle, which mmap stores in vm_private_data (an integer, copied to
+ * every piece by splits and mremap); they never keep a pin pointer (upstream
+ * 2.4.4 use-after-free). Not by vm_pgoff: on 6.1 and 6.2 a split that fails
+ * after ->open of the new VMA calls its ->close with vm_pgoff = 0, which
+ * would take a mapping count from another pin.
+ *
+ * mmap checks the pin's runs against the memory BARs of mtgpu's devices as
+ * they are now: a PCI remove (and rescan) after the pin may have taken the
+ * device away or moved its BARs (-ENODEV, counted in stale_maps).
+ *
+ * The type a mapping reports (GET_INFO, map_type) is the cache mode its PTEs
+ * really got, read back after the remap: PAT gives a WC request the mode
+ * another reservation of the pages already has (UC- if mtgpu mapped them
+ * so), a DEVICE request WC if they are reserved WC, and without PAT a WC
+ * request is uncached. The weakest ordering of all pages counts: any
+ * write-back page makes it CACHING, else any WC page WC, else DEVICE.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -111,19 +125,26 @@ void mtgdrdrv_memtype_free(struct mtgdrdrv_pin *pin)
 	pin->memtype_len = 0;
 }
 
+/* The handle of the pin @vma maps (set by mtgdrdrv_mmap_pin()). */
+static u64 mtgdrdrv_vma_handle(const struct vm_area_struct *vma)
+{
+	return (uintptr_t)vma->vm_private_data;
+}
+
 static void mtgdrdrv_vm_open(struct vm_area_struct *vma)
 {
 	struct mtgdrdrv_file *priv = vma->vm_file->private_data;
+	u64 handle = mtgdrdrv_vma_handle(vma);
 	struct mtgdrdrv_pin *pin;
 
 	mutex_lock(&priv->lock);
-	pin = mtgdrdrv_pin_lookup_pgoff(priv, vma->vm_pgoff);
+	pin = mtgdrdrv_pin_lookup_any(priv, handle);
 	if (pin && pin->map_count) {
 		pin->map_count++;
 		atomic64_inc(&mtgdrdrv_counters.mappings);
 	} else {
-		pr_err_ratelimited("vm open at page offset 0x%lx: no mapped pin\n",
-				   vma->vm_pgoff);
+		pr_err_ratelimited("vm open of handle 0x%llx: no mapped pin\n",
+				   handle);
 	}
 	mutex_unlock(&priv->lock);
 }
@@ -131,13 +152,14 @@ static void mtgdrdrv_vm_open(struct vm_area_struct *vma)
 static void mtgdrdrv_vm_close(struct vm_area_struct *vma)
 {
 	struct mtgdrdrv_file *priv = vma->vm_file->private_data;
+	u64 handle = mtgdrdrv_vma_handle(vma);
 	struct mtgdrdrv_pin *pin, *dead = NULL;
 
 	mutex_lock(&priv->lock);
-	pin = mtgdrdrv_pin_lookup_pgoff(priv, vma->vm_pgoff);
+	pin = mtgdrdrv_pin_lookup_any(priv, handle);
 	if (!pin || !pin->map_count) {
-		pr_err_ratelimited("vm close at page offset 0x%lx: no mapped pin\n",
-				   vma->vm_pgoff);
+		pr_err_ratelimited("vm close of handle 0x%llx: no mapped pin\n",
+				   handle);
 		goto out;
 	}
 	atomic64_dec(&mtgdrdrv_counters.mappings);
@@ -146,8 +168,7 @@ static void mtgdrdrv_vm_close(struct vm_area_struct *vma)
 	mtgdrdrv_memtype_free(pin);
 	pin->map_type = GDR_MR_NONE;
 	if (pin->unpinned) {
-		list_del(&pin->node);
-		priv->nr_pins--;
+		mtgdrdrv_pin_unlink(priv, pin);
 		dead = pin;
 	}
 out:
@@ -246,6 +267,76 @@ static int mtgdrdrv_mmap_check(const struct mtgdrdrv_pin *pin,
 	return 0;
 }
 
+/* Worst (weakest ordering) cache mode of the PTEs seen so far. */
+static int mtgdrdrv_pte_type(pte_t *pte, unsigned long addr, void *data)
+{
+	gdr_mr_type_t *worst = data;
+	gdr_mr_type_t type;
+
+	if (pte_none(ptep_get(pte)))
+		return 0;
+	type = mtgdrdrv_pte_cache_type(ptep_get(pte), *worst);
+	if (type == GDR_MR_CACHING ||
+	    (type == GDR_MR_WC && *worst == GDR_MR_DEVICE))
+		*worst = type;
+	return 0;
+}
+
+/*
+ * The cache mode the PTEs of @vma really have. @asked is the type that was
+ * asked for; where the architecture has no tracked modes (no PAT), that is
+ * what the PTEs have. Walked 2 MiB at a time: a page-table lock is held
+ * inside each step.
+ */
+static gdr_mr_type_t mtgdrdrv_mapped_type(struct vm_area_struct *vma,
+					  gdr_mr_type_t asked)
+{
+	gdr_mr_type_t worst = GDR_MR_DEVICE;
+	unsigned long addr, next;
+
+	if (!mtgdrdrv_cache_type_readable())
+		return asked;
+	for (addr = vma->vm_start; addr < vma->vm_end; addr = next) {
+		next = min(round_down(addr, PMD_SIZE) + PMD_SIZE, vma->vm_end);
+		apply_to_page_range(vma->vm_mm, addr, next - addr,
+				    mtgdrdrv_pte_type, &worst);
+		cond_resched();
+	}
+	return worst;
+}
+
+/* Records the type @vma got, counting and naming a change. */
+static void mtgdrdrv_set_map_type(struct mtgdrdrv_pin *pin,
+				  struct vm_area_struct *vma, gdr_mr_type_t asked)
+{
+	gdr_mr_type_t got = mtgdrdrv_mapped_type(vma, asked);
+
+	pin->map_type = got;
+	if (got == asked)
+		return;
+	if (asked == GDR_MR_WC && got == GDR_MR_DEVICE)
+		atomic64_inc(&mtgdrdrv_counters.wc_came_out_uc);
+	else if (asked == GDR_MR_DEVICE && got == GDR_MR_WC)
+		atomic64_inc(&mtgdrdrv_counters.device_came_out_wc);
+	pr_info_ratelimited("handle 0x%llx: asked for mapping type %u, the pages are mapped as type %u (x86 PAT keeps another reservation of them, or PAT is off); GET_INFO reports %u\n",
+			    pin->handle, asked, got, got);
+}
+
+/* The pin's runs must still lie in mtgpu's BARs (-ENODEV otherwise). */
+static int mtgdrdrv_mmap_check_bars(const struct mtgdrdrv_pin *pin, u64 len,
+				    const struct mtgdrdrv_bars *bars)
+{
+	int ret = IS_ERR(bars) ? PTR_ERR(bars) :
+		  mtgdrdrv_pages_check_bars(&pin->pages, len, bars);
+
+	if (!ret)
+		return 0;
+	atomic64_inc(&mtgdrdrv_counters.stale_maps);
+	pr_warn_ratelimited("mmap refused: handle 0x%llx points outside the memory BARs of mtgpu's devices as they are now (device removed, or BARs moved by a PCI rescan): unpin and pin again\n",
+			    pin->handle);
+	return -ENODEV;
+}
+
 static int mtgdrdrv_mmap_pin(struct mtgdrdrv_file *priv,
 			     struct mtgdrdrv_pin *pin,
 			     struct vm_area_struct *vma)
@@ -276,8 +367,9 @@ static int mtgdrdrv_mmap_pin(struct mtgdrdrv_file *priv,
 	}
 
 	vma->vm_ops = &mtgdrdrv_vm_ops;
+	vma->vm_private_data = (void *)(uintptr_t)pin->handle;
 	pin->map_count = 1;
-	pin->map_type = type;
+	mtgdrdrv_set_map_type(pin, vma, type);
 	atomic64_inc(&mtgdrdrv_counters.mappings);
 	return 0;
 }
@@ -285,6 +377,7 @@ static int mtgdrdrv_mmap_pin(struct mtgdrdrv_file *priv,
 int mtgdrdrv_mmap(struct file *filp, struct vm_area_struct *vma)
 {
 	struct mtgdrdrv_file *priv = filp->private_data;
+	struct mtgdrdrv_bars *bars;
 	struct mtgdrdrv_pin *pin;
 	int ret;
 
@@ -294,12 +387,19 @@ int mtgdrdrv_mmap(struct file *filp, struct vm_area_struct *vma)
 	if (!(vma->vm_flags & VM_MAYSHARE))
 		return -EINVAL;
 
+	/* Taken before the file's lock: it allocates and walks the PCI core. */
+	bars = mtgdrdrv_bars_get();
 	mutex_lock(&priv->lock);
 	pin = mtgdrdrv_pin_lookup(priv, vma->vm_pgoff);
 	ret = mtgdrdrv_mmap_check(pin, vma);
 	if (!ret)
+		ret = mtgdrdrv_mmap_check_bars(pin, vma->vm_end - vma->vm_start,
+					       bars);
+	if (!ret)
 		ret = mtgdrdrv_mmap_pin(priv, pin, vma);
 	mutex_unlock(&priv->lock);
+	if (!IS_ERR(bars))
+		mtgdrdrv_bars_free(bars);
 
 	if (ret)
 		mtgdrdrv_dbg("mmap of 0x%lx bytes at handle 0x%lx: %d\n",

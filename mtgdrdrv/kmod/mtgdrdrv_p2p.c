@@ -22,9 +22,13 @@
  *   any count other than the two above refuses the pin;
  * - the array is allocated before the range is checked, so a pin is asked
  *   for in chunks of MTGDRDRV_CHUNK_SIZE, each its own table;
- * - nothing is checked about the memory kind: every address must lie in a
- *   memory BAR of an mtgpu device (mtgdrdrv_bars.c), be page aligned (but
- *   entry 0) and appear once.
+ * - nothing is checked about the memory kind: every run must be disjoint
+ *   from System RAM, lie in an assigned prefetchable memory BAR of an mtgpu
+ *   device (mtgdrdrv_bars.c), be page aligned (but entry 0) and appear once.
+ *
+ * A pin holds at most max_runs_per_pin physically contiguous runs (16 bytes
+ * each here, and one x86 memtype entry each while mapped WC): more fail with
+ * -ENOSPC, counted in pins_over_limit, before anything is allocated for them.
  *
  * A refused call is not retried (mtgpu logs every refusal, unrated). The
  * validated table is kept as runs of physical addresses (extents) in module
@@ -38,6 +42,7 @@
 #include <linux/log2.h>
 #include <linux/math64.h>
 #include <linux/mm.h>
+#include <linux/moduleparam.h>
 #include <linux/overflow.h>
 #include <linux/sched.h>
 #include <linux/slab.h>
@@ -45,6 +50,16 @@
 
 #include "mtgdrdrv.h"
 #include "mtgdrdrv_arch.h"
+
+/*
+ * 1 Mi runs: 4 GiB of memory fragmented into 4 KiB pieces, 16 MiB of run
+ * records. mtgpu hands out memory in large contiguous blocks; only a broken
+ * or hostile table comes near this.
+ */
+unsigned int mtgdrdrv_max_runs_per_pin = 1U << 20;
+module_param_named(max_runs_per_pin, mtgdrdrv_max_runs_per_pin, uint, 0644);
+MODULE_PARM_DESC(max_runs_per_pin,
+		 "Physically contiguous runs one pin may have (default: 1048576)");
 
 /* Why a table was refused; named in the (rate-limited) log line. */
 #define mtgdrdrv_bad_table(fmt, ...)					\
@@ -260,17 +275,34 @@ struct mtgdrdrv_extent_sink {
 	const struct mtgdrdrv_bars *bars;
 	struct mtgdrdrv_chunk *chunk;	/* NULL while counting */
 	u32 nr;
+	u32 max;			/* runs this chunk may still add */
 };
+
+/* Says why a pin has too many runs; -ENOSPC. */
+static int mtgdrdrv_too_many_runs(void)
+{
+	atomic64_inc(&mtgdrdrv_counters.pins_over_limit);
+	pr_warn_ratelimited("pin refused: more than %u physically contiguous runs (module parameter max_runs_per_pin)\n",
+			    READ_ONCE(mtgdrdrv_max_runs_per_pin));
+	return -ENOSPC;
+}
 
 static int mtgdrdrv_sink_run(void *ctx, u64 off, phys_addr_t pa, u64 len)
 {
 	struct mtgdrdrv_extent_sink *sink = ctx;
 
+	if (!sink->chunk && mtgdrdrv_is_ram(pa, len)) {
+		mtgdrdrv_bad_table("address in System RAM\n");
+		mtgdrdrv_dbg("run 0x%llx@0x%llx is System RAM\n", len, (u64)pa);
+		return -EINVAL;
+	}
 	if (!mtgdrdrv_bars_contain(sink->bars, pa, len)) {
-		mtgdrdrv_bad_table("address outside the memory BARs of mtgpu's devices (system RAM, 0, or past a BAR)\n");
+		mtgdrdrv_bad_table("address outside the memory BARs of mtgpu's devices (0, past a BAR, or a BAR that is unassigned, disabled or not prefetchable)\n");
 		mtgdrdrv_dbg("run 0x%llx@0x%llx is in no BAR\n", len, (u64)pa);
 		return -EINVAL;
 	}
+	if (!sink->chunk && sink->nr >= sink->max)
+		return mtgdrdrv_too_many_runs();
 	if (sink->chunk) {
 		sink->chunk->extents[sink->nr].pa = pa;
 		sink->chunk->extents[sink->nr].len = len;
@@ -279,11 +311,15 @@ static int mtgdrdrv_sink_run(void *ctx, u64 off, phys_addr_t pa, u64 len)
 	return 0;
 }
 
-/* Pins [va, va + len), one chunk, and validates its addresses. */
+/*
+ * Pins [va, va + len), one chunk, and validates its addresses; the chunk
+ * may have at most @max runs.
+ */
 static int mtgdrdrv_chunk_get(u64 va, u64 len, const struct mtgdrdrv_bars *bars,
-			      struct mtgdrdrv_chunk **chunkp, cycles_t *cycles)
+			      u32 max, struct mtgdrdrv_chunk **chunkp,
+			      cycles_t *cycles)
 {
-	struct mtgdrdrv_extent_sink sink = { .bars = bars };
+	struct mtgdrdrv_extent_sink sink = { .bars = bars, .max = max };
 	struct mtgdrdrv_chunk *chunk;
 	struct mtgdrdrv_table tbl;
 	int ret;
@@ -296,7 +332,7 @@ static int mtgdrdrv_chunk_get(u64 va, u64 len, const struct mtgdrdrv_bars *bars,
 		goto err_put;
 
 	chunk = kvmalloc(struct_size(chunk, extents, sink.nr),
-			 GFP_KERNEL_ACCOUNT);
+			 GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
 	if (!chunk) {
 		ret = -ENOMEM;
 		goto err_put;
@@ -363,7 +399,9 @@ static size_t mtgdrdrv_chunk_blocks(const struct mtgdrdrv_chunk *chunk,
  * Whether a page appears twice in the pin. Pages are compared as blocks of
  * the page size, or of the chunk size for larger pages: a page larger than a
  * chunk is legitimately shared by neighbouring chunks, each using its own
- * chunk-aligned part.
+ * chunk-aligned part. The runs were capped while the chunks were built; the
+ * cap is checked again before the allocation, which must never be asked for
+ * more than kvmalloc() serves without a warning.
  */
 static int mtgdrdrv_check_repeats(const struct mtgdrdrv_pages *pages)
 {
@@ -376,7 +414,10 @@ static int mtgdrdrv_check_repeats(const struct mtgdrdrv_pages *pages)
 		n += pages->chunks[c]->nr_extents;
 	if (n < 2)
 		return 0;
-	all = kvmalloc_array(n, sizeof(*all), GFP_KERNEL_ACCOUNT);
+	if (n > READ_ONCE(mtgdrdrv_max_runs_per_pin))
+		return mtgdrdrv_too_many_runs();
+	all = kvmalloc_array(n, sizeof(*all),
+			     GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
 	if (!all)
 		return -ENOMEM;
 	for (c = 0, n = 0; c < pages->nr_chunks; c++)
@@ -394,8 +435,11 @@ static int mtgdrdrv_check_repeats(const struct mtgdrdrv_pages *pages)
 	return ret;
 }
 
-/* Refuses pins while mtgpu is not initialised (its get_pages would oops). */
-static struct mtgdrdrv_bars *mtgdrdrv_provider_bars(void)
+/*
+ * The BARs pins may point into; ERR_PTR(-ENODEV), counted and logged, while
+ * mtgpu is not initialised (its get_pages would oops) or has no device.
+ */
+struct mtgdrdrv_bars *mtgdrdrv_p2p_bars(void)
 {
 	struct mtgdrdrv_bars *bars = mtgdrdrv_bars_get();
 
@@ -405,7 +449,7 @@ static struct mtgdrdrv_bars *mtgdrdrv_provider_bars(void)
 	if (!mtgdrdrv_provider_registered())
 		pr_warn_ratelimited("pin refused: mtgpu is loaded but not initialised (its PCI driver is not registered; disable_driver=1?): reload mtgpu without disable_driver=1, or reboot\n");
 	else
-		pr_warn_ratelimited("pin refused: no device is bound to mtgpu\n");
+		pr_warn_ratelimited("pin refused: no device bound to mtgpu has an assigned, enabled, prefetchable memory BAR\n");
 	return bars;
 }
 
@@ -424,20 +468,25 @@ static int mtgdrdrv_get_chunks(struct mtgdrdrv_pages *pages,
 	u64 end = pages->va + pages->size;
 	u64 n = div64_u64(end - 1, MTGDRDRV_CHUNK_SIZE) -
 		div64_u64(pages->va, MTGDRDRV_CHUNK_SIZE) + 1;
+	u32 max_runs = READ_ONCE(mtgdrdrv_max_runs_per_pin);
+	struct mtgdrdrv_chunk **chunk;
 	u64 va, len;
 	int ret;
 
-	pages->chunks = kvcalloc(n, sizeof(*pages->chunks), GFP_KERNEL_ACCOUNT);
+	pages->chunks = kvcalloc(n, sizeof(*pages->chunks),
+				 GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
 	if (!pages->chunks)
 		return -ENOMEM;
 	for (va = pages->va; va < end; va += len) {
 		len = mtgdrdrv_chunk_len(va, end);
+		chunk = &pages->chunks[pages->nr_chunks];
 		ret = mtgdrdrv_chunk_get(va, len, bars,
-					 &pages->chunks[pages->nr_chunks],
+					 max_runs - pages->nr_runs, chunk,
 					 &pages->tm_cycles);
 		if (ret)
 			return ret;
 		pages->nr_chunks++;
+		pages->nr_runs += (*chunk)->nr_extents;
 		if (fatal_signal_pending(current))
 			return -EINTR;
 		cond_resched();
@@ -450,33 +499,30 @@ static int mtgdrdrv_get_chunks(struct mtgdrdrv_pages *pages,
  * mtgdrdrv_p2p_get() - pin [addr, addr + size) through the provider
  * @addr: GPU virtual address, non-zero
  * @size: length, non-zero, at most MTGDRDRV_MAX_PIN_SIZE, no overflow
+ * @bars: from mtgdrdrv_p2p_bars(), just taken
  * @pages: zeroed; filled on success
  *
  * Runs in the context of the process that owns the GPU allocation (the pin
  * ioctl) and may sleep; the caller holds no lock. Applies the rounding rule
- * above. Returns 0; -ENODEV when mtgpu is not initialised; the provider's
- * error; -EPROTO or -EINVAL for a bad page table; -ENOMEM; -EINTR. On error
- * every table taken is put again.
+ * above. Returns 0; the provider's error; -EPROTO or -EINVAL for a bad
+ * page table; -ENOSPC for more than max_runs_per_pin runs; -ENOMEM; -EINTR.
+ * On error every table taken is put again.
  */
-int mtgdrdrv_p2p_get(u64 addr, u64 size, struct mtgdrdrv_pages *pages)
+int mtgdrdrv_p2p_get(u64 addr, u64 size, const struct mtgdrdrv_bars *bars,
+		     struct mtgdrdrv_pages *pages)
 {
-	struct mtgdrdrv_bars *bars;
 	u64 end;
 	int ret;
 
 	might_sleep();
 	if (check_add_overflow(addr, size, &end) || end > (U64_MAX & PAGE_MASK))
 		return -EINVAL;
-	bars = mtgdrdrv_provider_bars();
-	if (IS_ERR(bars))
-		return PTR_ERR(bars);
 
 	pages->va = addr & PAGE_MASK;
 	pages->size = PAGE_ALIGN(end) - pages->va;
 	ret = mtgdrdrv_get_chunks(pages, bars);
 	if (!ret)
 		ret = mtgdrdrv_check_repeats(pages);
-	mtgdrdrv_bars_free(bars);
 	if (ret) {
 		mtgdrdrv_pages_release(pages);
 		return ret;
@@ -505,15 +551,21 @@ void mtgdrdrv_p2p_put(struct mtgdrdrv_pages *pages)
  *      each physically contiguous run, in order; a non-zero return stops
  *      the walk and is returned
  * @ctx: passed to @fn
+ *
+ * May sleep: a pin may have a million runs, and the walk runs under
+ * mmap_lock and the file's mutex (memtype reserve and free, remap), so it
+ * yields the CPU every MTGDRDRV_RUNS_PER_RESCHED runs. No caller holds a
+ * spinlock.
  */
 int mtgdrdrv_pages_for_each_run(const struct mtgdrdrv_pages *pages, u64 len,
 				mtgdrdrv_run_fn fn, void *ctx)
 {
 	const struct mtgdrdrv_chunk *chunk;
 	u64 off = 0, piece;
-	u32 c, e;
+	u32 c, e, n = 0;
 	int ret;
 
+	might_sleep();
 	for (c = 0; c < pages->nr_chunks && off < len; c++) {
 		chunk = pages->chunks[c];
 		for (e = 0; e < chunk->nr_extents && off < len; e++) {
@@ -522,6 +574,8 @@ int mtgdrdrv_pages_for_each_run(const struct mtgdrdrv_pages *pages, u64 len,
 			if (ret)
 				return ret;
 			off += piece;
+			if (++n % MTGDRDRV_RUNS_PER_RESCHED == 0)
+				cond_resched();
 		}
 	}
 	return 0;

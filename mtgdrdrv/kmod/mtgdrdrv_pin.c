@@ -9,8 +9,15 @@
  * never reused. Once a pin would cross MTGDRDRV_HANDLE_LIMIT, this pin and
  * every later one on the file fail with -ENOMEM.
  *
- * A file holds at most max_pins_per_file pins (unpinned ones still mapped
- * count); more fail with -ENOSPC.
+ * Limits, checked before any provider call, so that a user who may open
+ * the device cannot make the kernel hold unbounded memory on its behalf
+ * (mtgpu keeps 8 bytes per provider page and a record per pin, and each
+ * mapping adds memtype entries, none of it charged to the caller's memory
+ * cgroup): a file holds at most max_pins_per_file pins and
+ * max_bytes_per_file pinned bytes (unpinned ones still mapped count, and
+ * pins being made count at once), and a pin has at most max_runs_per_pin
+ * runs (mtgdrdrv_p2p.c). Beyond, -ENOSPC, one rate-limited line naming the
+ * parameter, and pins_over_limit counts it.
  *
  * Pages are put (mtgpu_p2p_put_pages()) from the ioctl or release that ends
  * a pin, with no lock held, except when the last VMA of an unpinned pin
@@ -36,6 +43,17 @@ unsigned int mtgdrdrv_max_pins_per_file = 65536;
 module_param_named(max_pins_per_file, mtgdrdrv_max_pins_per_file, uint, 0644);
 MODULE_PARM_DESC(max_pins_per_file,
 		 "Pins one open file of /dev/mtgdrdrv may hold (default: 65536)");
+
+/*
+ * 0: the sum of the memory BARs of mtgpu's devices, i.e. all device memory
+ * the CPU can reach: pinning more means pinning memory twice, which no real
+ * workload needs.
+ */
+unsigned long long mtgdrdrv_max_bytes_per_file;
+module_param_named(max_bytes_per_file, mtgdrdrv_max_bytes_per_file, ullong,
+		   0644);
+MODULE_PARM_DESC(max_bytes_per_file,
+		 "Bytes one open file of /dev/mtgdrdrv may hold pinned (default: 0 = the sum of the memory BARs of mtgpu's devices)");
 
 static struct workqueue_struct *mtgdrdrv_put_wq;
 static LLIST_HEAD(mtgdrdrv_put_list);
@@ -83,22 +101,31 @@ struct mtgdrdrv_pin *mtgdrdrv_pin_lookup(struct mtgdrdrv_file *priv,
 }
 
 /*
- * The pin, live or unpinned, whose offset range contains @pgoff, or NULL.
- * Used by the VMA callbacks: a VMA split by munmap/mprotect/mremap keeps
- * page offsets inside its pin's range, but not always its first one.
+ * The pin, live or unpinned, with @handle, or NULL. Used by the VMA
+ * callbacks with the handle the VMA carries in vm_private_data, which every
+ * split and mremap copies: its vm_pgoff is not reliable (on 6.1 and 6.2 a
+ * split that fails calls ->close on the new VMA with vm_pgoff set to 0).
  */
-struct mtgdrdrv_pin *mtgdrdrv_pin_lookup_pgoff(struct mtgdrdrv_file *priv,
-					       unsigned long pgoff)
+struct mtgdrdrv_pin *mtgdrdrv_pin_lookup_any(struct mtgdrdrv_file *priv,
+					     u64 handle)
 {
 	struct mtgdrdrv_pin *pin;
 
 	lockdep_assert_held(&priv->lock);
 	list_for_each_entry(pin, &priv->pins, node) {
-		if (pgoff >= pin->handle &&
-		    pgoff - pin->handle < mtgdrdrv_pin_npages(pin))
+		if (pin->handle == handle)
 			return pin;
 	}
 	return NULL;
+}
+
+/* Takes @pin off the file's list and out of the file's limits. */
+void mtgdrdrv_pin_unlink(struct mtgdrdrv_file *priv, struct mtgdrdrv_pin *pin)
+{
+	lockdep_assert_held(&priv->lock);
+	list_del(&pin->node);
+	priv->nr_pins--;
+	priv->bytes_pinned -= pin->pages.size;
 }
 
 /* Frees a pin that is off the list and unmapped: puts its pages. */
@@ -140,7 +167,10 @@ void mtgdrdrv_pin_exit(void)
 	destroy_workqueue(mtgdrdrv_put_wq);
 }
 
-/* Gives @pin the next handle and publishes it; -ENOMEM once out of handles. */
+/*
+ * Gives @pin (reserved by mtgdrdrv_pin_reserve()) the next handle and
+ * publishes it; -ENOMEM once out of handles.
+ */
 static int mtgdrdrv_pin_insert(struct mtgdrdrv_file *priv,
 			       struct mtgdrdrv_pin *pin, u64 *handle)
 {
@@ -148,10 +178,6 @@ static int mtgdrdrv_pin_insert(struct mtgdrdrv_file *priv,
 	int ret = 0;
 
 	mutex_lock(&priv->lock);
-	if (priv->nr_pins >= READ_ONCE(mtgdrdrv_max_pins_per_file)) {
-		ret = -ENOSPC;
-		goto out;
-	}
 	if (priv->handle_overflow ||
 	    priv->next_handle + npages >= MTGDRDRV_HANDLE_LIMIT) {
 		priv->handle_overflow = true;
@@ -161,38 +187,97 @@ static int mtgdrdrv_pin_insert(struct mtgdrdrv_file *priv,
 	pin->handle = priv->next_handle;
 	priv->next_handle += npages;
 	list_add_tail(&pin->node, &priv->pins);
-	priv->nr_pins++;
 	*handle = pin->handle;
 out:
 	mutex_unlock(&priv->lock);
 	return ret;
 }
 
-static int mtgdrdrv_pin_check_range(u64 addr, u64 size)
+/* The pinned length of [addr, addr + size) (rounding rule), or 0 if invalid. */
+static u64 mtgdrdrv_pin_span(u64 addr, u64 size)
 {
 	u64 end;
 
 	if (!addr || !size || size > MTGDRDRV_MAX_PIN_SIZE ||
-	    check_add_overflow(addr, size, &end)) {
+	    check_add_overflow(addr, size, &end) ||
+	    end > (U64_MAX & PAGE_MASK)) {
 		mtgdrdrv_dbg("pin of 0x%llx@0x%llx refused\n", size, addr);
-		return -EINVAL;
+		return 0;
 	}
-	return 0;
+	return PAGE_ALIGN(end) - (addr & PAGE_MASK);
 }
 
-/* Refuses early, before any provider call, a pin over the file's limit. */
-static int mtgdrdrv_pin_check_limit(struct mtgdrdrv_file *priv)
+/* The file's byte limit: the parameter, or the sum of the BARs. */
+static u64 mtgdrdrv_bytes_limit(const struct mtgdrdrv_bars *bars)
 {
-	unsigned int limit = READ_ONCE(mtgdrdrv_max_pins_per_file);
-	bool full;
+	return READ_ONCE(mtgdrdrv_max_bytes_per_file) ?:
+	       mtgdrdrv_bars_total(bars);
+}
+
+/*
+ * Counts a pin of @bytes against the file's limits before any provider
+ * call, so that concurrent pins cannot all pass; undone by
+ * mtgdrdrv_pin_unreserve() if the pin fails. -ENOSPC over a limit.
+ */
+static int mtgdrdrv_pin_reserve(struct mtgdrdrv_file *priv, u64 bytes,
+				const struct mtgdrdrv_bars *bars)
+{
+	unsigned int max_pins = READ_ONCE(mtgdrdrv_max_pins_per_file);
+	u64 max_bytes = mtgdrdrv_bytes_limit(bars);
+	u64 held;
+	bool pins_full, bytes_full;
 
 	mutex_lock(&priv->lock);
-	full = priv->nr_pins >= limit;
+	held = priv->bytes_pinned;
+	pins_full = priv->nr_pins >= max_pins;
+	bytes_full = held > max_bytes || bytes > max_bytes - held;
+	if (!pins_full && !bytes_full) {
+		priv->nr_pins++;
+		priv->bytes_pinned += bytes;
+	}
 	mutex_unlock(&priv->lock);
-	if (full)
+
+	if (!pins_full && !bytes_full)
+		return 0;
+	atomic64_inc(&mtgdrdrv_counters.pins_over_limit);
+	if (pins_full)
 		pr_warn_ratelimited("pin refused: the file holds %u pins, the limit (module parameter max_pins_per_file)\n",
-				    limit);
-	return full ? -ENOSPC : 0;
+				    max_pins);
+	else
+		pr_warn_ratelimited("pin refused: the file holds 0x%llx bytes pinned, 0x%llx more would pass the limit of 0x%llx (module parameter max_bytes_per_file; 0 = the sum of mtgpu's memory BARs)\n",
+				    held, bytes, max_bytes);
+	return -ENOSPC;
+}
+
+static void mtgdrdrv_pin_unreserve(struct mtgdrdrv_file *priv, u64 bytes)
+{
+	mutex_lock(&priv->lock);
+	priv->nr_pins--;
+	priv->bytes_pinned -= bytes;
+	mutex_unlock(&priv->lock);
+}
+
+/* Pins [addr, addr + size) through the provider, within the file's limits. */
+static int mtgdrdrv_pin_get(struct mtgdrdrv_file *priv, u64 addr, u64 size,
+			    struct mtgdrdrv_pages *pages)
+{
+	u64 bytes = mtgdrdrv_pin_span(addr, size);
+	struct mtgdrdrv_bars *bars;
+	int ret;
+
+	if (!bytes)
+		return -EINVAL;
+	bars = mtgdrdrv_p2p_bars();
+	if (IS_ERR(bars))
+		return PTR_ERR(bars);
+	ret = mtgdrdrv_pin_reserve(priv, bytes, bars);
+	if (!ret) {
+		ret = mtgdrdrv_p2p_get(addr, size, bars, pages);
+		if (ret)
+			mtgdrdrv_pin_unreserve(priv, bytes);
+	}
+	mtgdrdrv_bars_free(bars);
+	return ret;
 }
 
 /* Pins [addr, addr + size) and returns its new handle. */
@@ -202,17 +287,11 @@ static int mtgdrdrv_pin(struct mtgdrdrv_file *priv, u64 addr, u64 size,
 	struct mtgdrdrv_pin *pin;
 	int ret;
 
-	ret = mtgdrdrv_pin_check_range(addr, size);
-	if (!ret)
-		ret = mtgdrdrv_pin_check_limit(priv);
-	if (ret)
-		return ret;
-
 	pin = kzalloc(sizeof(*pin), GFP_KERNEL_ACCOUNT);
 	if (!pin)
 		return -ENOMEM;
 
-	ret = mtgdrdrv_p2p_get(addr, size, &pin->pages);
+	ret = mtgdrdrv_pin_get(priv, addr, size, &pin->pages);
 	if (ret) {
 		/* mtgpu logged its own refusal; ours were logged (rate
 		 * limited) where they were decided. */
@@ -232,6 +311,7 @@ static int mtgdrdrv_pin(struct mtgdrdrv_file *priv, u64 addr, u64 size,
 	return 0;
 
 err_put:
+	mtgdrdrv_pin_unreserve(priv, pin->pages.size);
 	mtgdrdrv_p2p_put(&pin->pages);
 err_free:
 	kfree(pin);
@@ -265,8 +345,7 @@ static int mtgdrdrv_unpin(struct mtgdrdrv_file *priv, u64 handle)
 	pin->unpinned = true;
 	npages = mtgdrdrv_pin_npages(pin);
 	if (!pin->map_count) {
-		list_del(&pin->node);
-		priv->nr_pins--;
+		mtgdrdrv_pin_unlink(priv, pin);
 		dead = pin;
 	}
 	mutex_unlock(&priv->lock);

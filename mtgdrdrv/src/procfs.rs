@@ -8,7 +8,7 @@ pub const PARAMS_PATH: &str = "/proc/driver/mtgdrdrv/params";
 pub const COUNTERS_PATH: &str = "/proc/driver/mtgdrdrv/counters";
 
 /// The counters, in the order the module prints them (`mtgdrdrv_counters_show`).
-pub const COUNTER_NAMES: [&str; 9] = [
+pub const COUNTER_NAMES: [&str; 13] = [
     "pins_outstanding",
     "bytes_pinned",
     "mappings",
@@ -18,6 +18,10 @@ pub const COUNTER_NAMES: [&str; 9] = [
     "bad_tables",
     "provider_unavailable",
     "deferred_puts",
+    "pins_over_limit",
+    "stale_maps",
+    "wc_came_out_uc",
+    "device_came_out_wc",
 ];
 
 /// The counters that return to 0 when nothing is pinned or mapped.

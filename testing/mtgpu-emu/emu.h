@@ -38,6 +38,9 @@ struct file;
 struct pci_dev;
 struct pid;
 
+/* The ivshmem BAR that plays the GPU's VRAM BAR. */
+#define EMU_BAR 2
+
 /* The BAR is handed out in units of 4 KiB, the smallest page size. */
 #define EMU_UNIT_SHIFT 12
 #define EMU_UNIT_SIZE (1UL << EMU_UNIT_SHIFT)
@@ -179,6 +182,9 @@ void emu_p2p_drop_all(void);
 /* emu_dmabuf.c: EXPORT_DMABUF */
 int emu_dmabuf_export(struct mtgpu_emu_export_dmabuf __user *uarg);
 void emu_dmabuf_orphan_all(void);
+
+/* emu_test.c: test knobs (bar_state, bar_kernel_map, split_failure_at) */
+void emu_test_unbind(void);
 
 /* emu_chardev.c: /dev/mtgpu_emu */
 int emu_chardev_register(void);

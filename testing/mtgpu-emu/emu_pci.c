@@ -16,7 +16,6 @@
 
 #include "emu.h"
 
-#define EMU_BAR 2
 #define EMU_IVSHMEM_DEVICE_ID 0x1110	/* ivshmem; vendor is Red Hat/Qumranet */
 
 static int emu_pci_check_bar(struct pci_dev *pdev)
@@ -64,6 +63,7 @@ static unsigned long *emu_bar_unbind(struct pci_dev *pdev)
 
 	mutex_lock(&emu_dev.lock);
 	WARN_ON(emu_dev.pdev != pdev);
+	emu_test_unbind();
 	emu_alloc_drop_all();
 	map = emu_dev.bar_map;
 	emu_dev.pdev = NULL;

@@ -19,6 +19,7 @@ use nix::unistd::{fork, ForkResult};
 mod basics;
 mod concurrency;
 mod emu_dmabuf;
+mod hardening;
 mod pat;
 mod provider;
 
@@ -164,6 +165,16 @@ fn kernel_can_read(addr: usize) -> bool {
     let n = unsafe { libc::write(wr.as_raw_fd(), addr as *const c_void, 1) };
     drop((rd, wr));
     n == 1
+}
+
+/// The type a WC mapping of mtgdrdrv reports: without x86 PAT (the `nopat` boot) the pages are
+/// uncached, and the module says so (DEVICE).
+fn wc_as_mapped() -> MappingType {
+    if pat::enabled() {
+        MappingType::WriteCombining
+    } else {
+        MappingType::Device
+    }
 }
 
 fn counter(name: &str) -> i64 {

@@ -287,14 +287,24 @@ fn a_pin_longer_than_a_chunk_is_one_pin_of_several_tables() {
     assert_no_pins(&emu);
 }
 
-/// A 1 TiB pin of 4 KiB pages fails cleanly, in one refused call, without the page
-/// allocator's warning (the VM judge fails the run on any WARNING in the kernel log).
+/// A 1 TiB pin of 4 KiB pages fails cleanly, without the page allocator's warning (the VM
+/// judge fails the run on any WARNING in the kernel log): by default with ENOSPC before any
+/// provider call (it is more than the BARs hold), and with the byte limit raised, in one call
+/// the provider refuses.
 #[test]
 fn a_1_tib_pin_fails_cleanly() {
     let emu = Emu::open().expect("emulator");
     let gdr = Gdr::open().expect("gdr_open");
     let va = emu.alloc(MIB, 0, 4096, false).expect("alloc");
     let before = provider_calls(&emu);
+    let err = gdr.pin(va, 1 << 40, PinFlags::DEFAULT).err();
+    assert_eq!(
+        err.map(|e| e.errno()),
+        Some(Errno::ENOSPC),
+        "the BARs' size"
+    );
+    assert_eq!(provider_calls(&emu).get, before.get, "no provider call");
+    let _limit = ByteLimit::set(2 << 40);
     let err = gdr
         .pin(va, 1 << 40, PinFlags::DEFAULT)
         .err()
@@ -308,6 +318,24 @@ fn a_1_tib_pin_fails_cleanly() {
     emu.free(va).expect("free");
     assert_no_pins(&emu);
 }
+
+/// mtgdrdrv's max_bytes_per_file for one test; the default (0: the BARs' size) comes back on drop.
+struct ByteLimit;
+
+impl ByteLimit {
+    fn set(limit: u64) -> ByteLimit {
+        set_param(MOD_PARAMS, "max_bytes_per_file", &limit.to_string());
+        ByteLimit
+    }
+}
+
+impl Drop for ByteLimit {
+    fn drop(&mut self) {
+        set_param(MOD_PARAMS, "max_bytes_per_file", "0");
+    }
+}
+
+const MOD_PARAMS: &str = "/sys/module/mtgdrdrv/parameters";
 
 /// Unpinned while mapped, the pin is put when its last VMA goes: from the work item, never from
 /// under the munmap's mmap_lock (the emulator counts puts made with it held).

@@ -40,6 +40,37 @@ impl ApiFuzzer {
         }
     }
 
+    /// Whether a pin of `[addr, addr + size)` would take gdr_t `g`'s file past the module's
+    /// byte limit (max_bytes_per_file, 0: the emulator's BAR size).
+    fn over_byte_limit(&self, g: usize, addr: u64, size: u64) -> bool {
+        let Some(end) = addr.checked_add(size) else {
+            return false;
+        };
+        if addr == 0 || size == 0 || size > MAX_PIN || end > !4095 {
+            return false;
+        }
+        let param = std::fs::read_to_string("/sys/module/mtgdrdrv/parameters/max_bytes_per_file")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        let limit = if param != 0 {
+            param
+        } else {
+            crate::emu::Emu::open()
+                .ok()
+                .and_then(|e| e.stats().ok())
+                .map_or(u64::MAX, |s| s.bar_size)
+        };
+        let held: u64 = self
+            .mhs
+            .iter()
+            .filter(|m| m.live && m.g == g)
+            .map(|m| m.size)
+            .sum();
+        let span = end.div_ceil(4096) * 4096 - (addr & !4095);
+        held + span > limit
+    }
+
     /// (alloc, va, size, granule) of a pin that must succeed, or None.
     fn pin_outcome(&self, addr: u64, size: u64) -> Option<(usize, u64, u64, u32)> {
         if addr == 0 || size == 0 || size > MAX_PIN {
@@ -90,12 +121,17 @@ impl ApiFuzzer {
         } else {
             token != 0 || va_space != 0
         };
-        let want = if g.is_none() || null_out || bad_flags || outcome.is_none() {
-            libc::EINVAL
+        let want = if g.is_none() || null_out || bad_flags {
+            vec![libc::EINVAL]
+        } else if g.is_some_and(|g| self.over_byte_limit(g, addr, size)) {
+            // The module's per-file byte limit (issue 30, item 14) comes before the provider.
+            vec![libc::ENOSPC, libc::EINVAL]
+        } else if outcome.is_none() {
+            vec![libc::EINVAL]
         } else {
-            0
+            vec![0]
         };
-        self.expect("gdr_pin_buffer", rc, &[want])?;
+        self.expect("gdr_pin_buffer", rc, &want)?;
         let (Some(g), Some((alloc, va, size, granule))) = (g, outcome) else {
             return Ok(());
         };

@@ -277,7 +277,7 @@ impl Worker {
         let mut pin_ok = None;
         let logical: Result<(), Vec<Errno>> = match cmd {
             GDRDRV_IOC_PIN_BUFFER | GDRDRV_IOC_PIN_BUFFER_V2 => {
-                match self.pin_outcome(&f, cmd == GDRDRV_IOC_PIN_BUFFER_V2) {
+                match self.pin_outcome(file, &f, cmd == GDRDRV_IOC_PIN_BUFFER_V2) {
                     Ok(o) => {
                         pin_ok = Some(o);
                         Ok(())
@@ -337,6 +337,11 @@ impl Worker {
         let is_pin = pin_ok.is_some() && readable_arg;
         if is_pin {
             exp.errs.extend(self.fault_errs());
+            if let Some((a, ..)) = pin_ok {
+                if self.may_pass_run_cap(a, f.addr, f.size) {
+                    exp.errs.push(libc::ENOSPC);
+                }
+            }
         }
         let addr = self.place_arg(arg, &bytes);
         let r = sys::ioctl(fd, cmd, addr);

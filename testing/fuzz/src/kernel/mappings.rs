@@ -119,7 +119,11 @@ impl Worker {
         if fixed_resv.is_some_and(|a| a != start) {
             finding!("MAP_FIXED mmap moved");
         }
-        self.pins[p].map_type = if self.pins[p].req == 3 { 3 } else { 1 };
+        // The type the pages really got (issue 30, item 19).
+        self.pins[p].map_type = match self.predicted_map_type(p) {
+            Some(t) => t,
+            None => self.observed_map_type(fd, self.pins[p].handle)?,
+        };
         self.vmas.push(Vma {
             start,
             len: rounded,

@@ -39,6 +39,7 @@ mod access;
 mod emulator;
 mod files;
 mod ioctl;
+mod limits;
 mod mappings;
 mod model;
 mod oracle;
@@ -86,6 +87,8 @@ pub struct Worker {
     faults_possible: bool,
     in_child: bool,
     trace_fd: i32,
+    /// The module's limits and the BAR's kernel mapping, as the model knows them.
+    limits: limits::Limits,
 }
 
 impl Worker {
@@ -115,6 +118,7 @@ impl Worker {
             shared_ops,
             log: VecDeque::new(),
             in_child: false,
+            limits: limits::Limits::read(),
         })
     }
 
@@ -133,6 +137,9 @@ impl Worker {
     /// Runs `cfg.ops` operations, then the final checks; returns the findings report, if any.
     pub fn run(&mut self) -> Result<(), String> {
         let result = self.run_inner();
+        if result.is_err() {
+            let _ = self.restore_limits();
+        }
         match result {
             Ok(()) => Ok(()),
             Err(Finding(msg)) => {
@@ -166,6 +173,7 @@ impl Worker {
     /// Tears everything down the careful way; `exact` workers then see the counters at their
     /// baseline.
     pub fn teardown(&mut self) -> Result<(), String> {
+        self.restore_limits()?;
         let r = (|| -> Step {
             self.verify_all()?;
             while let Some(v) = self.vmas.first().cloned() {
@@ -214,9 +222,10 @@ impl Worker {
         };
         let faults = if self.cfg.faults { 6 } else { 0 };
         let exact = if self.cfg.exact { 4 } else { 0 };
+        let limits = if self.cfg.exact { 3 } else { 0 };
         let weights = [
             12, 6, 4, 4, 2, 25, 8, 25, 55, 30, 110, 30, 55, 25, 18, 18, 6, 50, 35, 25, fork,
-            faults, 4, exact, 4, 10,
+            faults, 4, exact, 4, 10, limits,
         ];
         match self.rng.weighted(&weights) {
             0 => self.op_open_dev(),
@@ -244,7 +253,8 @@ impl Worker {
             22 => self.check_maps(),
             23 => self.check_counters(),
             24 => self.op_emu_garbage(),
-            _ => self.op_fd_misc(),
+            25 => self.op_fd_misc(),
+            _ => self.op_limits(),
         }
     }
 }

@@ -58,14 +58,25 @@ impl Worker {
     /// writable: Ok((alloc, rounded va, rounded size, granule)) or the errno.
     pub(super) fn pin_outcome(
         &self,
+        file: usize,
         f: &Fields,
         v2: bool,
     ) -> Result<(usize, u64, u64, u32), Vec<Errno>> {
         if v2 && f.flags != 0 || !v2 && (f.token != 0 || f.va_space != 0) {
             return Err(vec![libc::EINVAL]);
         }
-        if f.addr == 0 || f.size == 0 || f.size > MAX_PIN || f.addr.checked_add(f.size).is_none() {
+        let end = match f.addr.checked_add(f.size) {
+            Some(end) if f.addr != 0 && f.size != 0 && f.size <= MAX_PIN => end,
+            _ => return Err(vec![libc::EINVAL]),
+        };
+        // The last page must be roundable up.
+        if end > !4095 {
             return Err(vec![libc::EINVAL]);
+        }
+        // The file's byte limit, checked before the provider is asked (issue 30, item 14).
+        let span = end.div_ceil(4096) * 4096 - (f.addr & !4095);
+        if self.file_pinned_bytes(file) + span > self.limits.max_bytes() {
+            return Err(vec![libc::ENOSPC]);
         }
         // From here on the provider decides: an injected ENOMEM comes before its checks. The
         // module asks for 8 MiB chunks in turn, so a pin the provider refuses in a later chunk
@@ -105,7 +116,7 @@ impl Worker {
         handle: u64,
         v2: bool,
     ) -> Step {
-        let Ok((alloc, va, size, granule)) = self.pin_outcome(f, v2) else {
+        let Ok((alloc, va, size, granule)) = self.pin_outcome(file, f, v2) else {
             finding!(
                 "pin {:#x}+{:#x} succeeded, the model says it must fail",
                 f.addr,
