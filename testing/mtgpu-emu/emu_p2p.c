@@ -116,7 +116,14 @@ static void emu_pin_apply_fault(struct emu_pin *pin, u32 fault)
 		pin->pt.page_size = emu_bad_page_size(pin->pt.page_size);
 		break;
 	case MTGPU_EMU_FAULT_PA_RAM:
-		pin->pa[last] = page_to_phys(ZERO_PAGE(0));
+		/*
+		 * Aligned to the table's page size (the zero page is in the
+		 * kernel image, which is System RAM at least 2 MiB around it),
+		 * so that the RAM check, not the alignment check, refuses it
+		 * whatever the kernel's layout.
+		 */
+		pin->pa[last] = page_to_phys(ZERO_PAGE(0)) &
+				~((u64)pin->pt.page_size - 1);
 		break;
 	case MTGPU_EMU_FAULT_PA_ZERO:
 		pin->pa[last] = 0;
