@@ -6,6 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod built;
+use built::cdylib;
+
 const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
 
 /// The header tests: compiler, its standard, source file in tests/c. Warnings are errors.
@@ -14,17 +17,6 @@ const HEADER_TESTS: [(&str, &str, &str); 2] = [
     ("c++", "-std=c++11", "header_test.cpp"),
 ];
 const HEADER_FLAGS: [&str; 4] = ["-Wall", "-Wextra", "-Werror", "-pedantic"];
-
-/// The cdylib cargo built with this test: in `target/<profile>/deps/` (where `cargo test`
-/// leaves it) or in `target/<profile>/`.
-fn cdylib() -> PathBuf {
-    let exe = std::env::current_exe().expect("test path");
-    let deps = exe.parent().expect("deps directory");
-    [deps.join("libgdrapi.so"), deps.join("../libgdrapi.so")]
-        .into_iter()
-        .find(|p| p.exists())
-        .expect("libgdrapi.so in target/<profile>/deps or target/<profile>")
-}
 
 fn run(command: &mut Command) -> String {
     let out = command

@@ -9,17 +9,10 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
+mod built;
+use built::cdylib;
 
-/// The cdylib cargo built with this test (as tests/cdylib.rs finds it).
-fn cdylib() -> PathBuf {
-    let exe = std::env::current_exe().expect("test path");
-    let deps = exe.parent().expect("deps directory");
-    [deps.join("libgdrapi.so"), deps.join("../libgdrapi.so")]
-        .into_iter()
-        .find(|p| p.exists())
-        .expect("libgdrapi.so in target/<profile>/deps or target/<profile>")
-}
+const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
 
 fn cc(args: &[&str], source: &str, out: &Path) {
     let output = Command::new("cc")
