@@ -100,9 +100,9 @@ fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-/// The guest script: each distinct command once, its output and status kept; then every check,
-/// each printing `MTGDRCOPY-CORPUS ok|fail LINE`, and the output of a command with a failed
-/// check.
+/// The guest script: each distinct command once, its output and status kept and shown; then
+/// every check, each printing `MTGDRCOPY-CORPUS ok|fail LINE`, and the output of a command with
+/// a failed check.
 fn guest_script(checks: &[Check]) -> String {
     let mut commands: Vec<&str> = Vec::new();
     for c in checks {
@@ -115,9 +115,13 @@ fn guest_script(checks: &[Check]) -> String {
          step corpus\nmkdir -p /tmp/corpus\n",
     );
     for (n, cmd) in commands.iter().enumerate() {
+        // The output goes to the console too, so that the log shows what each line looked like.
         let _ = writeln!(
             s,
-            "( {cmd} ) >/tmp/corpus/{n}.out 2>/tmp/corpus/{n}.err; echo $? >/tmp/corpus/{n}.rc"
+            "( {cmd} ) >/tmp/corpus/{n}.out 2>/tmp/corpus/{n}.err; echo $? >/tmp/corpus/{n}.rc\n\
+             echo \"MTGDRCOPY-CORPUS-COMMAND {n} exit $(cat /tmp/corpus/{n}.rc): \"{}\n\
+             sed 's/^/  out| /' /tmp/corpus/{n}.out; sed 's/^/  err| /' /tmp/corpus/{n}.err",
+            quote(cmd)
         );
     }
     s += "step checks\n";
