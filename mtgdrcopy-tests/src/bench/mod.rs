@@ -12,6 +12,7 @@ pub mod export;
 pub mod result;
 pub mod session;
 pub mod stats;
+pub mod upstream;
 
 pub use crate::term::Term;
 

@@ -12,7 +12,7 @@ use mtgdrcopy_tests::bench::cli::MapType;
 use mtgdrcopy_tests::bench::result::{BenchResult, Operation, Tool};
 use mtgdrcopy_tests::bench::session::{round_up, DeviceBuffer, Env, Gdr, Output, GPU_PAGE};
 use mtgdrcopy_tests::bench::stats::{histogram, summarize};
-use mtgdrcopy_tests::bench::{self, Term};
+use mtgdrcopy_tests::bench::{self, upstream, Term};
 use mtgdrcopy_tests::cli::apiperf::Args;
 use mtgdrcopy_tests::gpu::DevicePtr;
 use mtgdrcopy_tests::tool;
@@ -117,12 +117,14 @@ fn run(args: &Args, term: Term) -> Result<()> {
         }
     }
 
+    // Upstream's header and rows of means, for the scripts that parse them (bench/upstream.rs).
+    write!(out, "\n{}", upstream::apiperf(&results))?;
     for row in results.iter().filter(|r| r.histogram.is_some()) {
         let bins = row.histogram.as_deref().unwrap_or_default();
         writeln!(out)?;
         writeln!(
             out,
-            "histogram of {} latency for {} bytes ({} calls; bins [from, to) us, the last one \
+            "Histogram of {} latency for {} bytes ({} calls; bins [from, to) us, the last one \
              closed):",
             row.operation.function(),
             row.size_bytes,

@@ -11,7 +11,7 @@ use mtgdrcopy_tests::bench::result::{BenchResult, Operation, Tool};
 use mtgdrcopy_tests::bench::session::{
     pattern, pow2_sizes, round_up, verify, DeviceBuffer, Env, Output, GPU_PAGE,
 };
-use mtgdrcopy_tests::bench::{self, mib_per_s, time_calls, Term};
+use mtgdrcopy_tests::bench::{self, mib_per_s, time_calls, upstream, Term};
 use mtgdrcopy_tests::cli::copybw::Args;
 use mtgdrcopy_tests::tool;
 
@@ -141,6 +141,8 @@ fn run(args: &Args, term: Term) -> Result<()> {
             results.push(row);
         }
     }
+    // Upstream's lines, for the scripts that grep them (bench/upstream.rs).
+    write!(out, "\n{}", upstream::copybw(&results))?;
     map.unmap()?;
     pin.unpin()?;
     drop(buf);

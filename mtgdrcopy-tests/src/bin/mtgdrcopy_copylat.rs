@@ -15,7 +15,7 @@ use mtgdrcopy_tests::bench::session::{
     pattern, pow2_sizes, round_up, verify, DeviceBuffer, Env, Mapping, Output, GPU_PAGE,
 };
 use mtgdrcopy_tests::bench::stats::{summarize, BucketPlan};
-use mtgdrcopy_tests::bench::{self, time_calls, Term};
+use mtgdrcopy_tests::bench::{self, time_calls, upstream, Term};
 use mtgdrcopy_tests::cli::copylat::Args;
 use mtgdrcopy_tests::gdr;
 use mtgdrcopy_tests::gpu::{DevicePtr, Gpu};
@@ -132,6 +132,8 @@ fn run(args: &Args, term: Term) -> Result<()> {
             results.push(row);
         }
     }
+    // Upstream's table, for the scripts that parse it (bench/upstream.rs).
+    write!(out, "{}", upstream::copylat(&results))?;
     map.unmap()?;
     pin.unpin()?;
     drop(buf);

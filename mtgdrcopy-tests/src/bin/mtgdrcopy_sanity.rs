@@ -1,9 +1,12 @@
 //! mtgdrcopy_sanity: checks that GDRCopy works on this machine (library, module, GPU memory):
 //! upstream GDRCopy's sanity cases ported to Moore Threads GPUs, plus mtgpu's own.
 //!
-//! Each case runs in its own forked process group with a timeout. The run ends with the line
-//! `N passed, N failed` (`, N skipped` when any were skipped) and the lists of failed and
-//! skipped cases, or with TAP or JSON lines (`--format`). Exit status: 0 when no case failed,
+//! Each case runs in its own forked process group with a timeout. The run ends with upstream
+//! GDRCopy's line `Total: N, Passed: N, Failed: N, Waived: N`, ours, `N passed, N failed`
+//! (`, N skipped` when any were skipped), and the lists of failed and skipped cases (none of
+//! it with `-s`), or with TAP or JSON lines (`--format`). With `-v`, upstream's banners
+//! (`&&&& RUNNING name`, then `&&&& PASSED|FAILED|WAIVED name`) go to standard error, as
+//! upstream's do. Upstream's case names are accepted by `-t` (sanity/names.rs). Exit status: 0 when no case failed,
 //! 1 when one did, 2 for a usage error, 77 when the machine cannot run the cases (no
 //! libgdrapi, MUSA driver, GPU or backend).
 
@@ -16,26 +19,25 @@ use clap::Parser;
 
 use mtgdrcopy_tests::cli::sanity::Args;
 use mtgdrcopy_tests::gdr;
-use mtgdrcopy_tests::sanity::report::Report;
+use mtgdrcopy_tests::sanity::report::{self, Report};
 use mtgdrcopy_tests::sanity::runner::{run_case, run_isolated, Outcome};
-use mtgdrcopy_tests::sanity::{self, Case, Ctx};
+use mtgdrcopy_tests::sanity::{self, names, Case, Ctx};
 use mtgdrcopy_tests::tool::{self, Status};
 
 const PROGRAM: &str = "mtgdrcopy_sanity";
 
-/// One case to run, or an upstream case that is not ported here (reported as skipped).
+/// One case to run, or an upstream case that is not ported here (reported as skipped), each
+/// with the name it is reported under: the one given to `-t` (ours or upstream's).
 enum Selected {
-    Run(Case),
-    NotPorted(&'static str, &'static str),
-    NotHere(&'static str),
+    Run(String, Case),
+    NotPorted(String, &'static str),
+    NotHere(String),
 }
 
 impl Selected {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         match self {
-            Selected::Run(c) => c.name,
-            Selected::NotPorted(n, _) => n,
-            Selected::NotHere(n) => n,
+            Selected::Run(n, _) | Selected::NotPorted(n, _) | Selected::NotHere(n) => n,
         }
     }
 }
@@ -76,6 +78,9 @@ fn run(args: &Args) -> Result<Status> {
 
     let start = Instant::now();
     let mut report = Report::start(args.format, std::io::stdout().lock(), selection.len())?;
+    if args.no_summary {
+        report = report.without_summary();
+    }
     for sel in &selection {
         let name = sel.name();
         if args.verbose {
@@ -84,7 +89,7 @@ fn run(args: &Args) -> Result<Status> {
         let pins_before = sanity::Counters::read().ok();
         let case_start = Instant::now();
         let outcome = match sel {
-            Selected::Run(case) => run_case(case, &ctx, timeout)?,
+            Selected::Run(_, case) => run_case(case, &ctx, timeout)?,
             Selected::NotPorted(_, why) => Outcome::Skipped(why.to_string()),
             Selected::NotHere(_) => Outcome::Skipped(
                 "drives the emulated provider (/dev/mtgpu_emu), which only the tests have".into(),
@@ -100,16 +105,12 @@ fn run(args: &Args) -> Result<Status> {
             }
         }
         match &outcome {
-            Outcome::Passed if args.verbose => eprintln!("&&&& PASSED {name}"),
-            Outcome::Passed => {}
-            Outcome::Failed(why) => {
-                eprintln!("{name}: {why}");
-                if args.verbose {
-                    eprintln!("&&&& FAILED {name}");
-                }
-            }
-            Outcome::Skipped(why) if args.verbose => eprintln!("&&&& SKIPPED {name} ({why})"),
-            Outcome::Skipped(_) => {}
+            Outcome::Failed(why) => eprintln!("{name}: {why}"),
+            Outcome::Skipped(why) if args.verbose => eprintln!("{name}: skipped: {why}"),
+            _ => {}
+        }
+        if args.verbose {
+            eprintln!("{}", report::upstream_banner(name, &outcome));
         }
         report.case(name, outcome, seconds)?;
     }
@@ -127,18 +128,25 @@ fn run(args: &Args) -> Result<Status> {
     })
 }
 
-/// The cases, in groups; those that drive the emulator only where it exists.
+/// The cases, in upstream's groups and headings, each with upstream's name where it differs
+/// (`basic_mumemalloc (upstream: basic_cumemalloc)`); those that drive the emulator only
+/// where it exists.
 fn list(all: &[Case], emulated: bool) {
     let mut out = std::io::stdout().lock();
     let listed = |c: &&Case| emulated || !c.emulator_only;
-    let _ = writeln!(out, "Tests:");
+    let line = |c: &Case| match names::upstream_alias(c.name) {
+        Some(upstream) => format!("    {} (upstream: {upstream})", c.name),
+        None => format!("    {}", c.name),
+    };
+    let _ = writeln!(out, "List of all available tests:");
     for c in all.iter().filter(listed).filter(|c| !c.extended) {
-        let _ = writeln!(out, "    {}", c.name);
+        let _ = writeln!(out, "{}", line(c));
     }
-    let _ = writeln!(out, "Extended tests:");
+    let _ = writeln!(out, "\nList of all available extended tests:");
     for c in all.iter().filter(listed).filter(|c| c.extended) {
-        let _ = writeln!(out, "    {}", c.name);
+        let _ = writeln!(out, "{}", line(c));
     }
+    let _ = writeln!(out);
     let _ = writeln!(out, "Not ported ({}):", sanity::VMM_REASON);
     let mut names: Vec<&str> = sanity::NOT_PORTED.iter().map(|(n, _)| *n).collect();
     names.sort();
@@ -155,36 +163,39 @@ fn select(all: &[Case], args: &Args, emulated: bool) -> Result<Vec<Selected>> {
             .iter()
             .filter(|c| args.extended || !c.extended)
             .filter(|c| emulated || !c.emulator_only)
-            .map(|c| Selected::Run(*c))
+            .map(|c| Selected::Run(c.name.to_string(), *c))
             .collect());
     }
     let mut out: Vec<Selected> = Vec::new();
-    for name in &args.tests {
-        if out.iter().any(|s| s.name() == name) {
+    for given in &args.tests {
+        if out.iter().any(|s| s.name() == given) {
             continue;
         }
+        let known = |n: &str| all.iter().any(|c| c.name == n) || sanity::not_ported(n).is_some();
+        let name = names::resolve(given, known).unwrap_or(given.into());
+        let shown = given.clone();
         if let Some(c) = all.iter().find(|c| c.name == name) {
             out.push(if emulated || !c.emulator_only {
-                Selected::Run(*c)
+                Selected::Run(shown, *c)
             } else {
-                Selected::NotHere(c.name)
+                Selected::NotHere(shown)
             });
-        } else if let Some((n, why)) = sanity::NOT_PORTED.iter().find(|(n, _)| n == name) {
-            out.push(Selected::NotPorted(n, why));
+        } else if let Some(why) = sanity::not_ported(&name) {
+            out.push(Selected::NotPorted(shown, why));
         } else {
             let known = all
                 .iter()
                 .filter(|c| emulated || !c.emulator_only)
                 .map(|c| c.name)
                 .chain(sanity::NOT_PORTED.iter().map(|(n, _)| *n));
-            let close = sanity::close_names(name, known);
+            let close = sanity::close_names(given, known);
             if close.is_empty() {
                 bail!(tool::usage(format!(
-                    "unknown test {name:?} (-l lists them)"
+                    "unknown test {given:?} (-l lists them)"
                 )));
             }
             bail!(tool::usage(format!(
-                "unknown test {name:?}; did you mean: {}? (-l lists them)",
+                "unknown test {given:?}; did you mean: {}? (-l lists them)",
                 close.join(", ")
             )));
         }

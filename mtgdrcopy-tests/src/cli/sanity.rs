@@ -6,16 +6,22 @@ use crate::tool::VersionFlag;
 #[derive(clap::Parser, Debug)]
 #[command(name = "mtgdrcopy_sanity", disable_version_flag = true)]
 pub struct Args {
-    /// Run only this case (repeatable; regular and extended names).
+    /// Run only this case (repeatable; regular and extended names). Upstream GDRCopy's names
+    /// are accepted too (`basic_cumemalloc` for `basic_mumemalloc`), and the case is then
+    /// reported under the name given.
     #[arg(short = 't', long = "test", value_name = "NAME")]
     pub tests: Vec<String>,
-    /// List the cases and exit.
+    /// List the cases, each with upstream GDRCopy's name where it differs, and exit.
     #[arg(short = 'l', long)]
     pub list: bool,
-    /// Print a banner per case (&&&& RUNNING|PASSED|FAILED|SKIPPED name) and the cases'
-    /// progress messages.
+    /// Print upstream's banners per case on standard error (&&&& RUNNING|PASSED|FAILED|WAIVED
+    /// name; WAIVED is a skipped case) and the cases' progress messages.
     #[arg(short = 'v', long)]
     pub verbose: bool,
+    /// Don't print the summary (in text format: the `Total:` line, ours and the lists; TAP and
+    /// JSON lines keep theirs).
+    #[arg(short = 's', long = "no-summary")]
+    pub no_summary: bool,
     /// MUSA device ordinal.
     #[arg(short = 'd', long, value_name = "N", default_value_t = 0)]
     pub device: i32,
@@ -26,8 +32,8 @@ pub struct Args {
     #[arg(long, value_name = "SECS", default_value_t = 60,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout: u64,
-    /// How the results are written to standard output: `text` (the summary and the lists of
-    /// failed and skipped cases), `tap` (TAP version 14, one test point per case) or
+    /// How the results are written to standard output: `text` (upstream's `Total:` line, our
+    /// summary and the lists of failed and skipped cases), `tap` (TAP version 14, one test point per case) or
     /// `json-lines` (one JSON object per case, then one for the summary). Messages stay on
     /// standard error.
     #[arg(long, value_name = "FORMAT", value_enum, default_value_t = Format::Text)]

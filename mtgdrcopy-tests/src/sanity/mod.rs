@@ -31,6 +31,7 @@ mod dmabuf;
 mod faults;
 mod invalidation;
 mod leakage;
+pub mod names;
 pub mod report;
 pub mod runner;
 pub use support::{emulated, Counters};

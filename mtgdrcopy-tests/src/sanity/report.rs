@@ -1,6 +1,10 @@
 //! mtgdrcopy_sanity's results on standard output, in the format `--format` asks for: the
 //! human-readable summary, TAP version 14, or JSON lines. Progress and warnings go to standard
 //! error in every format, so standard output stays parseable.
+//!
+//! The text summary starts with upstream GDRCopy's line, `Total: N, Passed: N, Failed: N,
+//! Waived: N` (waived = skipped), byte for byte, for the scripts that parse it; then ours.
+//! `-s` leaves the text summary out, as upstream's does; the structured formats keep theirs.
 
 use std::io::{self, Write};
 
@@ -13,7 +17,8 @@ use crate::cli::sanity::Format;
 pub struct Report<W: Write> {
     format: Format,
     out: W,
-    results: Vec<(&'static str, Outcome)>,
+    results: Vec<(String, Outcome)>,
+    summary: bool,
 }
 
 #[derive(Serialize)]
@@ -55,7 +60,14 @@ impl<W: Write> Report<W> {
             format,
             out,
             results: Vec::new(),
+            summary: true,
         })
+    }
+
+    /// Leaves the text format's summary out (`-s`).
+    pub fn without_summary(mut self) -> Report<W> {
+        self.summary = false;
+        self
     }
 
     /// A run that could not start (no case ran): TAP's `Bail out!`, a JSON `error` record;
@@ -77,7 +89,7 @@ impl<W: Write> Report<W> {
     }
 
     /// One case's result, written at once (TAP and JSON lines).
-    pub fn case(&mut self, name: &'static str, outcome: Outcome, seconds: f64) -> io::Result<()> {
+    pub fn case(&mut self, name: &str, outcome: Outcome, seconds: f64) -> io::Result<()> {
         let n = self.results.len() + 1;
         match self.format {
             Format::Text => {}
@@ -112,7 +124,7 @@ impl<W: Write> Report<W> {
             }
         }
         self.out.flush()?;
-        self.results.push((name, outcome));
+        self.results.push((name.to_string(), outcome));
         Ok(())
     }
 
@@ -123,6 +135,7 @@ impl<W: Write> Report<W> {
         let failed = count(|o| matches!(o, Outcome::Failed(_)));
         let skipped = count(|o| matches!(o, Outcome::Skipped(_)));
         match self.format {
+            Format::Text if !self.summary => {}
             Format::Text => self.text_summary(passed, failed, skipped)?,
             Format::Tap => writeln!(
                 self.out,
@@ -143,8 +156,14 @@ impl<W: Write> Report<W> {
         Ok(failed == 0)
     }
 
-    /// `N passed, N failed[, N skipped]`, then the failed and the skipped cases with why.
+    /// Upstream's `Total:` line; `N passed, N failed[, N skipped]`; then the failed and the
+    /// skipped cases with why.
     fn text_summary(&mut self, passed: usize, failed: usize, skipped: usize) -> io::Result<()> {
+        writeln!(
+            self.out,
+            "{}",
+            upstream_total(self.results.len(), passed, failed, skipped)
+        )?;
         let mut line = format!("{passed} passed, {failed} failed");
         if skipped > 0 {
             line += &format!(", {skipped} skipped");
@@ -168,6 +187,22 @@ impl<W: Write> Report<W> {
         }
         Ok(())
     }
+}
+
+/// Upstream's summary line (a skipped case is what upstream calls waived).
+pub fn upstream_total(total: usize, passed: usize, failed: usize, waived: usize) -> String {
+    format!("Total: {total}, Passed: {passed}, Failed: {failed}, Waived: {waived}")
+}
+
+/// The banner upstream prints on standard error with `-v` when a case ends: `&&&& PASSED
+/// name`, `&&&& FAILED name` or `&&&& WAIVED name` (a skipped case).
+pub fn upstream_banner(name: &str, outcome: &Outcome) -> String {
+    let word = match outcome {
+        Outcome::Passed => "PASSED",
+        Outcome::Failed(_) => "FAILED",
+        Outcome::Skipped(_) => "WAIVED",
+    };
+    format!("&&&& {word} {name}")
 }
 
 fn one_line(s: &str) -> &str {
@@ -229,8 +264,46 @@ mod tests {
         let (out, _) = run(Format::Text);
         assert_eq!(
             out,
-            "1 passed, 1 failed, 1 skipped\nFailed:\n    b_case: bad data\nSkipped:\n    \
+            "Total: 3, Passed: 1, Failed: 1, Waived: 1\n\
+             1 passed, 1 failed, 1 skipped\nFailed:\n    b_case: bad data\nSkipped:\n    \
              c_case: needs X\n"
+        );
+    }
+
+    #[test]
+    fn without_summary_text_prints_nothing_and_the_other_formats_keep_theirs() {
+        for (format, expected_lines) in
+            [(Format::Text, 0), (Format::Tap, 4), (Format::JsonLines, 2)]
+        {
+            let mut buf = Vec::new();
+            let mut r = Report::start(format, &mut buf, 1)
+                .unwrap()
+                .without_summary();
+            r.case("a_case", Outcome::Passed, 0.5).unwrap();
+            assert!(r.finish().unwrap());
+            let out = String::from_utf8(buf).unwrap();
+            assert_eq!(out.lines().count(), expected_lines, "{format:?}: {out}");
+            assert!(!out.contains("Total:"), "{out}");
+        }
+    }
+
+    #[test]
+    fn upstream_lines_are_byte_for_byte() {
+        assert_eq!(
+            upstream_total(37, 30, 1, 6),
+            "Total: 37, Passed: 30, Failed: 1, Waived: 6"
+        );
+        assert_eq!(
+            upstream_banner("basic_cumemalloc", &Outcome::Passed),
+            "&&&& PASSED basic_cumemalloc"
+        );
+        assert_eq!(
+            upstream_banner("x", &Outcome::Failed("e".into())),
+            "&&&& FAILED x"
+        );
+        assert_eq!(
+            upstream_banner("x", &Outcome::Skipped("why".into())),
+            "&&&& WAIVED x"
         );
     }
 

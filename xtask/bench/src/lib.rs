@@ -25,6 +25,7 @@ pub mod plot;
 pub mod runner;
 pub mod staticlib;
 pub mod step;
+pub mod upstreamcli;
 pub mod vm;
 pub mod vmtest;
 pub mod workflows;

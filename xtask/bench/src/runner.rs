@@ -164,6 +164,7 @@ fn steps(args: &Args) -> Result<(Vec<Step<'static>>, Vec<Step<'static>>)> {
     }
     if !args.no_vm {
         guests.extend(crate::vmtest::test_steps());
+        guests.push(crate::upstreamcli::test_step());
         guests.extend(crate::bench::quick_steps());
     }
     if !args.no_matrix {
