@@ -25,6 +25,7 @@ pub static VARIANTS: &[Variant] = &[
         store_width: 64,
         load_width: 64,
         on_request: false,
+        needs: "FEAT_LS64 (HWCAP3_LS64 in AT_HWCAP3) and NEON",
         supported: has_ls64,
     },
     Variant {
@@ -34,6 +35,7 @@ pub static VARIANTS: &[Variant] = &[
         store_width: 64,
         load_width: 64,
         on_request: false,
+        needs: "NEON (asimd in AT_HWCAP)",
         supported: has_neon,
     },
     super::GENERIC,

@@ -45,6 +45,8 @@ pub struct Variant {
     pub load_width: usize,
     /// Used only when `GDRCOPY_COPY_VARIANT` names it, never by default.
     pub on_request: bool,
+    /// What the CPU must offer, for people (the doctor names it when the CPU lacks it).
+    pub needs: &'static str,
     supported: fn() -> bool,
 }
 
@@ -83,6 +85,7 @@ pub const GENERIC: Variant = Variant {
     store_width: 8,
     load_width: 8,
     on_request: false,
+    needs: "nothing",
     supported: always,
 };
 
