@@ -6,10 +6,10 @@
 //! single-copy-atomic 64-byte store or load each, which reaches the device as one 64-byte access
 //! where the platform carries them, never split or merged (as MOVDIR64B on x86). As upstream
 //! GDRCopy 2.6 does, they copy the mapping's 64-byte-aligned 64-byte blocks, in both
-//! directions; the alignment head and the tail stay NEON and small accesses. The architecture
-//! supports them on Device and Normal Non-cacheable memory, which a write-combining mapping is
-//! on arm64; DEVICE mappings never get them (uncached.rs), and the module refuses cacheable
-//! ones. A platform whose path to the GPU refuses them can set `GDRCOPY_COPY_VARIANT=neon`.
+//! directions; the alignment head and the tail stay NEON and small accesses. They are meant for
+//! Device and Normal Non-cacheable memory (a write-combining mapping is the latter on arm64) and
+//! may fault on other memory: DEVICE mappings never get them (uncached.rs), and the module
+//! refuses cacheable ones. A platform whose path to the GPU refuses them can set `GDRCOPY_COPY_VARIANT=neon`.
 
 use std::arch::aarch64::*;
 use std::arch::asm;
@@ -45,7 +45,7 @@ fn has_neon() -> bool {
     std::arch::is_aarch64_feature_detected!("neon")
 }
 
-/// `HWCAP3_LS64`: FEAT_LS64 (`ID_AA64ISAR1_EL1.LS64 >= 1`) in the auxiliary vector's
+/// `HWCAP3_LS64`: FEAT_LS64 (`ID_AA64ISAR1_EL1.LS64`) in the auxiliary vector's
 /// `AT_HWCAP3` entry (Linux's arch/arm64/include/uapi/asm/hwcap.h). std's feature detection
 /// does not know it. Kernels older than the entry give 0 for `AT_HWCAP3`: no LS64.
 const HWCAP3_LS64: u64 = 1 << 3;
