@@ -11,7 +11,8 @@
 //! The variant is chosen once, from CPU feature flags only (never the vendor string: Hygon CPUs
 //! report `HygonGenuine`); `GDRCOPY_COPY_VARIANT` can force one. Stores and loads are chosen
 //! independently: the default is the first supported entry of the architecture's list that is not
-//! marked `on_request` (see x86_64.rs for the rule there). DEVICE (uncached) mappings are copied
+//! marked `on_request` (see x86_64.rs for the rule there; on arm64, aarch64.rs: LS64 where
+//! `AT_HWCAP3` advertises it, else NEON). DEVICE (uncached) mappings are copied
 //! with the generic variant's small accesses whatever the variant (see uncached.rs).
 //!
 //! Every copy ends with a fence: write-combined stores and loads from WC memory are weakly
@@ -23,6 +24,7 @@ use std::sync::OnceLock;
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
+mod select;
 mod uncached;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
@@ -43,6 +45,8 @@ pub struct Variant {
     pub load_width: usize,
     /// Used only when `GDRCOPY_COPY_VARIANT` names it, never by default.
     pub on_request: bool,
+    /// What the CPU must offer, for people (the doctor names it when the CPU lacks it).
+    pub needs: &'static str,
     supported: fn() -> bool,
 }
 
@@ -81,6 +85,7 @@ pub const GENERIC: Variant = Variant {
     store_width: 8,
     load_width: 8,
     on_request: false,
+    needs: "nothing",
     supported: always,
 };
 
@@ -88,67 +93,14 @@ fn always() -> bool {
     true
 }
 
+pub use select::default_variant;
+use select::select;
+
 static SELECTED: OnceLock<&'static Variant> = OnceLock::new();
 
 /// The variant in use by this process, chosen on first call.
 pub fn selected() -> &'static Variant {
     SELECTED.get_or_init(select)
-}
-
-/// The variant used when nothing is forced: the first supported one not kept for requests.
-pub fn default_variant() -> &'static Variant {
-    variants()
-        .iter()
-        .find(|v| !v.on_request && v.is_supported())
-        .unwrap_or(&GENERIC)
-}
-
-fn select() -> &'static Variant {
-    let best = default_variant();
-    // A value that selects nothing is ignored with one warning, logging on or off: a tuning
-    // knob that silently does nothing costs users hours. Runs once per process.
-    let chosen = match std::env::var_os(VARIANT_ENV) {
-        None => best,
-        Some(value) => match value.to_str() {
-            Some(name) => match variants().iter().find(|v| v.name == name) {
-                Some(v) if v.is_supported() => v,
-                Some(_) => {
-                    crate::log::warn_always(format_args!(
-                        "{VARIANT_ENV}={name}: this CPU lacks the features it needs; using {}",
-                        best.name
-                    ));
-                    best
-                }
-                None => {
-                    crate::log::warn_always(format_args!(
-                        "{VARIANT_ENV}={name}: unknown variant (known: {}); using {}",
-                        variant_names(),
-                        best.name
-                    ));
-                    best
-                }
-            },
-            None => {
-                crate::log::warn_always(format_args!(
-                    "{VARIANT_ENV}={}: not UTF-8, so no variant (known: {}); using {}",
-                    value.to_string_lossy(),
-                    variant_names(),
-                    best.name
-                ));
-                best
-            }
-        },
-    };
-    crate::log::info(format_args!("copy variant: {}", chosen.name));
-    chosen
-}
-
-fn variant_names() -> String {
-    variants()
-        .iter()
-        .map(|v| v.name)
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// The selected variant's routines, or until the first copy the resolvers that select it. A

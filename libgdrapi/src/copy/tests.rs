@@ -9,19 +9,19 @@ const GUARD: usize = 64;
 const GUARD_BYTE: u8 = 0xA5;
 
 /// A buffer aligned to 4096 with room for misalignment and guards on both sides.
-struct Arena {
+pub(super) struct Arena {
     storage: Vec<u8>,
     base: usize,
 }
 
 impl Arena {
-    fn new(len: usize) -> Self {
+    pub(super) fn new(len: usize) -> Self {
         let storage = vec![0u8; len + 2 * GUARD + 64 + 4096];
         let start = storage.as_ptr() as usize + GUARD;
         let base = start.div_ceil(4096) * 4096 - storage.as_ptr() as usize;
         Arena { storage, base }
     }
-    fn ptr_at(&mut self, misalign: usize) -> *mut u8 {
+    pub(super) fn ptr_at(&mut self, misalign: usize) -> *mut u8 {
         // SAFETY: `base + misalign` is inside `storage` by construction.
         unsafe { self.storage.as_mut_ptr().add(self.base + misalign) }
     }
@@ -35,7 +35,7 @@ fn pattern(seed: usize, len: usize) -> Vec<u8> {
 
 /// Copies `n` bytes with `variant` in one direction and checks the destination exactly,
 /// including `GUARD` bytes before and after it.
-fn check(
+pub(super) fn check(
     variant: &Variant,
     to_device: bool,
     n: usize,
@@ -94,10 +94,26 @@ fn check_with(
     }
 }
 
+/// The variants the matrices run: the supported ones; on arm64 `ls64` only where its
+/// instructions are emulated (see aarch64/ls64_tests.rs: ordinary memory may not take them).
 fn supported() -> Vec<&'static Variant> {
-    let v: Vec<_> = variants().iter().filter(|v| v.is_supported()).collect();
+    let v: Vec<_> = variants().iter().filter(|v| tested_here(v)).collect();
     assert!(!v.is_empty());
     v
+}
+
+#[cfg(target_arch = "aarch64")]
+fn tested_here(v: &Variant) -> bool {
+    if v.name == "ls64" {
+        super::aarch64::ls64_tests::emulated()
+    } else {
+        v.is_supported()
+    }
+}
+
+#[cfg(not(target_arch = "aarch64"))]
+fn tested_here(v: &Variant) -> bool {
+    v.is_supported()
 }
 
 #[test]
@@ -221,10 +237,18 @@ fn small_width_is_naturally_aligned_and_fits() {
 }
 
 /// NEON is part of the arm64 baseline: were its detection to fail (or qemu-user to hide it),
-/// the matrices above would silently test only the generic variant.
+/// the matrices above would silently test only the generic variant. LS64 is tested wherever
+/// its instructions are emulated (qemu-user has none).
 #[cfg(target_arch = "aarch64")]
 #[test]
-fn neon_and_generic_are_both_tested_on_arm64() {
+fn ls64_neon_and_generic_are_all_tested_on_arm64() {
     let names: Vec<&str> = supported().iter().map(|v| v.name).collect();
-    assert_eq!(names, ["neon", "generic"]);
+    // SAFETY: getauxval has no preconditions.
+    let native_ls64 = unsafe { libc::getauxval(libc::AT_HWCAP3) } & (1 << 3) != 0;
+    let expected: &[&str] = if native_ls64 {
+        &["neon", "generic"]
+    } else {
+        &["ls64", "neon", "generic"]
+    };
+    assert_eq!(names, expected);
 }

@@ -31,6 +31,7 @@ pub static VARIANTS: &[Variant] = &[
         store_width: 64,
         load_width: 64,
         on_request: true,
+        needs: "AVX-512F and AVX2",
         supported: has_avx512,
     },
     Variant {
@@ -40,6 +41,7 @@ pub static VARIANTS: &[Variant] = &[
         store_width: 64,
         load_width: 32,
         on_request: false,
+        needs: "MOVDIR64B and AVX2",
         supported: has_movdir64b_avx2,
     },
     Variant {
@@ -50,6 +52,7 @@ pub static VARIANTS: &[Variant] = &[
         store_width: 64,
         load_width: 16,
         on_request: false,
+        needs: "MOVDIR64B and SSE4.1",
         supported: has_movdir64b,
     },
     Variant {
@@ -59,6 +62,7 @@ pub static VARIANTS: &[Variant] = &[
         store_width: 32,
         load_width: 32,
         on_request: false,
+        needs: "AVX2",
         supported: has_avx2,
     },
     Variant {
@@ -68,6 +72,7 @@ pub static VARIANTS: &[Variant] = &[
         store_width: 32,
         load_width: 16,
         on_request: false,
+        needs: "AVX and SSE4.1",
         supported: has_avx,
     },
     Variant {
@@ -77,6 +82,7 @@ pub static VARIANTS: &[Variant] = &[
         store_width: 16,
         load_width: 16,
         on_request: false,
+        needs: "SSE4.1",
         supported: has_sse41,
     },
     Variant {
@@ -86,6 +92,7 @@ pub static VARIANTS: &[Variant] = &[
         store_width: 16,
         load_width: 16,
         on_request: false,
+        needs: "SSE2",
         supported: has_sse2,
     },
     super::GENERIC,

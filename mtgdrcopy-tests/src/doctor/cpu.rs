@@ -90,36 +90,50 @@ pub fn pat_line(pat: &Pat) -> Line {
     )
 }
 
+/// The chosen variant; when none is forced, also the preferred one the CPU lacks and what it
+/// needs (on arm64 without LS64: ls64); when one is forced in vain, what the CPU lacks for it.
 pub fn variant_line(variant: &gdrapi::copy::Variant, forced: Option<&str>) -> Line {
+    let variants = gdrapi::copy::variants();
     let finding = format!(
         "{} (device stores of up to {} bytes, loads of up to {})",
         variant.name, variant.store_width, variant.load_width
     );
-    match forced {
-        Some(name) if name == variant.name => Line::ok(
+    let env = gdrapi::copy::VARIANT_ENV;
+    let ignored = |why: String| {
+        let usable: Vec<&str> = variants
+            .iter()
+            .filter(|v| v.is_supported())
+            .map(|v| v.name)
+            .collect();
+        Line::warn(
             "copy variant",
-            format!("{finding}, forced by {}", gdrapi::copy::VARIANT_ENV),
-        ),
-        Some(name) => {
-            let usable: Vec<&str> = gdrapi::copy::variants()
-                .iter()
-                .filter(|v| v.is_supported())
-                .map(|v| v.name)
-                .collect();
-            Line::warn(
-                "copy variant",
-                format!(
-                    "{finding}: {}={name} is ignored (unknown, or this CPU lacks what it needs)",
-                    gdrapi::copy::VARIANT_ENV
-                ),
-                format!(
-                    "unset {} or set one of: {}",
-                    gdrapi::copy::VARIANT_ENV,
-                    usable.join(", ")
-                ),
-            )
+            format!(
+                "{finding}: {env}={} is ignored: {why}",
+                forced.unwrap_or("")
+            ),
+            format!("unset {env} or set one of: {}", usable.join(", ")),
+        )
+    };
+    match forced.map(|name| (name, variants.iter().find(|v| v.name == name))) {
+        Some((name, _)) if name == variant.name => {
+            Line::ok("copy variant", format!("{finding}, forced by {env}"))
         }
-        None => Line::ok("copy variant", finding),
+        Some((_, Some(wanted))) => ignored(format!("this CPU lacks {}", wanted.needs)),
+        Some((_, None)) => ignored("no variant has that name".to_string()),
+        None => {
+            // The preferred variant the CPU lacks, if the chosen one is not the first default.
+            let better = variants
+                .iter()
+                .take_while(|v| v.name != variant.name)
+                .find(|v| !v.on_request && !v.is_supported());
+            match better {
+                Some(b) => Line::ok(
+                    "copy variant",
+                    format!("{finding}; {} would need {}", b.name, b.needs),
+                ),
+                None => Line::ok("copy variant", finding),
+            }
+        }
     }
 }
 
@@ -182,6 +196,47 @@ mod tests {
             .contains("forced by GDRCOPY_COPY_VARIANT"));
         let ignored = variant_line(generic, Some("nonsense"));
         assert_eq!(ignored.level, Level::Warn);
+        assert!(
+            ignored.finding.contains("no variant has that name"),
+            "{ignored}"
+        );
         assert!(ignored.fix.contains("generic"), "{ignored}");
+    }
+
+    /// Every variant this CPU lacks, forced, is refused naming what it needs; unforced, the
+    /// line names the preferred one the CPU lacks (arm64 without LS64: "ls64 would need
+    /// FEAT_LS64 ...").
+    #[test]
+    fn the_line_names_what_the_cpu_lacks() {
+        let variants = gdrapi::copy::variants();
+        let chosen = gdrapi::copy::default_variant();
+        for lacking in variants.iter().filter(|v| !v.is_supported()) {
+            let line = variant_line(chosen, Some(lacking.name));
+            assert_eq!(line.level, Level::Warn, "{line}");
+            assert!(
+                line.finding
+                    .ends_with(&format!("is ignored: this CPU lacks {}", lacking.needs)),
+                "{line}"
+            );
+        }
+        let line = variant_line(chosen, None);
+        let better = variants
+            .iter()
+            .take_while(|v| v.name != chosen.name)
+            .find(|v| !v.on_request);
+        match better {
+            Some(b) => assert!(
+                line.finding
+                    .ends_with(&format!("; {} would need {}", b.name, b.needs)),
+                "{line}"
+            ),
+            None => assert!(!line.finding.contains("would need"), "{line}"),
+        }
+        #[cfg(target_arch = "aarch64")]
+        {
+            let ls64 = &variants[0];
+            assert_eq!(ls64.name, "ls64");
+            assert!(ls64.needs.contains("FEAT_LS64"), "{}", ls64.needs);
+        }
     }
 }

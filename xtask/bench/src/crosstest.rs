@@ -77,11 +77,15 @@ pub fn unit_tests(sh: &Shell, target: &Target) -> Result<()> {
 /// natively) for `target`: compiled with the cross gcc/g++ against the cross-built
 /// libgdrapi.so.1 and run under qemu-user with logging on, so the struct sizes and offsets the
 /// tests assert hold on that ABI too and the library's one error line reaches C's stderr. (How
-/// logging is filtered is the same Rust on every target: the native test covers it.)
+/// logging is filtered is the same Rust on every target: the native test covers it.) On arm64,
+/// also where the release library makes LD64B/ST64B ([`ls64_instructions`]).
 pub fn header_test(sh: &Shell, target: &Target) -> Result<()> {
     build(sh, target, true, false)?;
     // The cross build really produced code for the target.
     ensure_elf_for(&release_dir(target).join("libgdrapi.so"), target)?;
+    if target.triple == AARCH64.triple {
+        ls64_instructions(sh, target, &release_dir(target).join("libgdrapi.so"))?;
+    }
     let toolchain = toolchain(sh)?;
     let out = paths::build_dir().join(format!("header-test-{}", target.debian));
     let lib = link_library(&release_dir(target), &out.join("lib"))?;
@@ -126,6 +130,43 @@ pub fn header_test(sh: &Shell, target: &Target) -> Result<()> {
             exe.display(),
             target.qemu
         );
+    }
+    Ok(())
+}
+
+/// The release library's `st64b`s are all in the LS64 variant's store routine and its `ld64b`s
+/// in its load routine, and both exist: the shipped build has the instructions that qemu-user
+/// lacks and the unit tests can only emulate (libgdrapi/src/copy/aarch64/ls64_tests.rs), and no
+/// other routine (NEON's, the generic one) makes them.
+fn ls64_instructions(sh: &Shell, target: &Target, lib: &Path) -> Result<()> {
+    let objdump = format!("{}-objdump", target.multiarch);
+    let listing = toolchain(sh)?
+        .cmd(sh, target, &[], None, &objdump)
+        .args(["-d", "--no-show-raw-insn"])
+        .arg(lib)
+        .read()
+        .with_context(|| format!("disassembling {} with {objdump}", lib.display()))?;
+    let mut function = "";
+    let mut found = Vec::new();
+    for line in listing.lines() {
+        if line.ends_with(">:") {
+            function = line;
+        } else if let Some(op @ ("st64b" | "ld64b")) = line.split_whitespace().nth(1) {
+            found.push((op, function));
+        }
+    }
+    for (op, routine) in [("st64b", "ls64_to_device"), ("ld64b", "ls64_from_device")] {
+        ensure!(
+            found.iter().any(|&(o, _)| o == op),
+            "{}: no {op} (the LS64 variant's {routine})",
+            lib.display()
+        );
+        if let Some((_, elsewhere)) = found
+            .iter()
+            .find(|&&(o, f)| o == op && !f.contains(routine))
+        {
+            anyhow::bail!("{}: {op} outside {routine}, in {elsewhere}", lib.display());
+        }
     }
     Ok(())
 }
@@ -180,7 +221,7 @@ pub fn test_steps() -> Vec<Step<'static>> {
             Box::new(move |sh: &Shell| unit_tests(sh, target)),
         ));
         steps.push((
-            "arm64: gdrapi.h C and C++ test under qemu-user",
+            "arm64: gdrapi.h C and C++ test under qemu-user, LD64B/ST64B in the release library",
             Box::new(move |sh: &Shell| header_test(sh, target)),
         ));
         steps.push((
