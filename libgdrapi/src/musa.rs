@@ -57,6 +57,16 @@ pub mod ids {
     pub const MU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD: c_int = 1;
     /// `MUpointer_attribute`: CUDA's `CU_POINTER_ATTRIBUTE_SYNC_MEMOPS`.
     pub const MU_POINTER_ATTRIBUTE_SYNC_MEMOPS: c_int = 6;
+    /// `MUdevice_attribute`: CUDA's `CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED`
+    /// (the MUSA name's value, 110, is what compiled MUSA code passes).
+    pub const MU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_MUSA_VMM_SUPPORTED: c_int = 110;
+    /// The VMM API's enums, CUDA's values (`CU_MEM_ALLOCATION_TYPE_PINNED`,
+    /// `CU_MEM_LOCATION_TYPE_DEVICE`, `CU_MEM_ALLOC_GRANULARITY_MINIMUM`,
+    /// `CU_MEM_ACCESS_FLAGS_PROT_READWRITE`); MUSA's headers for them are not public.
+    pub const MU_MEM_ALLOCATION_TYPE_PINNED: c_int = 1;
+    pub const MU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;
+    pub const MU_MEM_ALLOC_GRANULARITY_MINIMUM: c_int = 0;
+    pub const MU_MEM_ACCESS_FLAGS_PROT_READWRITE: c_int = 3;
     /// `muMemAllocManaged` flags: accessible from any stream on any device, or from the host.
     pub const MU_MEM_ATTACH_GLOBAL: c_uint = 1;
     pub const MU_MEM_ATTACH_HOST: c_uint = 2;

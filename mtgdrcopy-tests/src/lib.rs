@@ -12,3 +12,4 @@ pub mod sanity;
 pub mod status;
 pub mod term;
 pub mod tool;
+mod vmm;

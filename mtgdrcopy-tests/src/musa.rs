@@ -10,14 +10,16 @@
 //! Every [`Gpu`] method makes the device's primary context current in the calling thread
 //! first (`muCtxSetCurrent` is cheap), so a [`MusaGpu`] can be used from any thread.
 
+use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::fmt;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use anyhow::{anyhow, bail, Result};
 use libloading::Library;
 
 use crate::gpu::{DevicePtr, Gpu};
+use crate::vmm::{self, VmmAlloc, VmmApi};
 
 /// `MUdevice`: a device ordinal as the driver hands it out.
 pub type MUdevice = c_int;
@@ -117,6 +119,8 @@ struct Api {
     pointer_set_attribute: MuPointerSetAttribute,
     get_error_string: Option<MuGetErrorString>,
     get_error_name: Option<MuGetErrorString>,
+    /// The VMM calls, or which one the library lacks (said when VMM memory is asked for).
+    vmm: std::result::Result<VmmApi, String>,
     /// What `muInit(0)` returned.
     init: MUresult,
     _lib: Library,
@@ -221,6 +225,7 @@ fn load() -> Result<Api> {
         pointer_set_attribute: req!("muPointerSetAttribute"),
         get_error_string: sym!("muGetErrorString"),
         get_error_name: sym!("muGetErrorName"),
+        vmm: VmmApi::load(&lib, &path),
         // SAFETY: muInit takes flags by value; 0 is the only defined value.
         init: unsafe { init(0) },
         path,
@@ -325,6 +330,8 @@ pub struct MusaGpu {
     ctx: Context,
     name: String,
     pci_bus_id: Option<String>,
+    /// Live VMM allocations by address.
+    vmm_allocs: Mutex<HashMap<DevicePtr, VmmAlloc>>,
 }
 
 impl MusaGpu {
@@ -372,6 +379,7 @@ impl MusaGpu {
             ctx: Context(ctx),
             name,
             pci_bus_id,
+            vmm_allocs: Mutex::new(HashMap::new()),
         };
         gpu.make_current()?;
         Ok(gpu)
@@ -380,6 +388,22 @@ impl MusaGpu {
     /// The ordinal this device was opened with.
     pub fn ordinal(&self) -> i32 {
         self.ordinal
+    }
+
+    /// The VMM calls, made current, with the check that names failures.
+    fn vmm(&self) -> Result<&VmmApi> {
+        let api = self.api.vmm.as_ref().map_err(|e| anyhow!("{e}"))?;
+        self.make_current()?;
+        Ok(api)
+    }
+
+    fn check_fn(&self) -> impl Fn(&'static str, MUresult) -> Result<()> + '_ {
+        |call, rc| Ok(self.api.check(call, rc)?)
+    }
+
+    fn vmm_allocs(&self) -> std::sync::MutexGuard<'_, HashMap<DevicePtr, VmmAlloc>> {
+        // Each update is one insert or remove: a panic elsewhere left the map consistent.
+        self.vmm_allocs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Makes the primary context current in the calling thread.
@@ -477,5 +501,26 @@ impl Gpu for MusaGpu {
             )
         };
         Ok(self.api.check("muPointerSetAttribute(SYNC_MEMOPS)", rc)?)
+    }
+
+    fn vmm_supported(&self) -> Result<()> {
+        let api = self.vmm()?;
+        vmm::supported(api, &self.check_fn(), self.device)
+    }
+
+    fn vmm_alloc(&self, size: usize) -> Result<DevicePtr> {
+        let api = self.vmm()?;
+        let a = vmm::alloc(api, &self.check_fn(), self.device, size)?;
+        self.vmm_allocs().insert(a.ptr, a);
+        Ok(a.ptr)
+    }
+
+    fn vmm_free(&self, ptr: DevicePtr) -> Result<()> {
+        let api = self.vmm()?;
+        let a = self
+            .vmm_allocs()
+            .remove(&ptr)
+            .ok_or_else(|| anyhow!("{ptr:#x} is not a VMM allocation of this process"))?;
+        vmm::free(api, &self.check_fn(), &a)
     }
 }

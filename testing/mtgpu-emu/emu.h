@@ -55,7 +55,21 @@ struct pid;
 #define EMU_IO_CHUNK (256 * 1024)
 
 /*
- * One ALLOC. Lives in emu_dev.allocs until its owner frees it, its last pin is put and its
+ * What a record of emu_dev.allocs is. MEM and PHYS own BAR pages; a PHYS record (a VMM
+ * allocation, muMemCreate) resolves nothing itself, its VA being only a handle: its pages are
+ * reached through MAP records, which copy their bar_off[] and hold a reference on it (maps).
+ * A RESERVE record is a range of VA with no pages (muMemAddressReserve); MAP records lie in
+ * it but are not part of it.
+ */
+enum emu_kind {
+	EMU_KIND_MEM,			/* ALLOC: VA and memory in one */
+	EMU_KIND_PHYS,			/* ALLOC with MTGPU_EMU_ALLOC_VMM */
+	EMU_KIND_RESERVE,		/* VMM RESERVE */
+	EMU_KIND_MAP,			/* VMM MAP of part of a PHYS record */
+};
+
+/*
+ * One ALLOC (or VMM record, see enum emu_kind). Lives in emu_dev.allocs until its owner frees it, its last pin is put and its
  * last dma-buf released.
  * file != NULL: the owner has not freed it yet and its VA resolves (in owner's VA space).
  * file == NULL: freed while pinned or exported; its VA no longer resolves but is not reused and
@@ -72,6 +86,11 @@ struct emu_alloc {
 	u32 npages;
 	bool managed;			/* MTGPU_EMU_ALLOC_MANAGED: get_pages refuses it */
 	bool sparse;			/* MTGPU_EMU_ALLOC_SPARSE: odd pages are holes */
+	bool rdma;			/* PHYS: created with MTGPU_EMU_ALLOC_RDMA */
+	u8 kind;			/* enum emu_kind */
+	u32 access;			/* MAP: MTGPU_EMU_ACCESS_* */
+	unsigned int maps;		/* PHYS: MAP records of it not yet destroyed */
+	struct emu_alloc *phys;		/* MAP: the PHYS record it maps (reference held) */
 	unsigned int pins;		/* page tables handed out and not yet put */
 	unsigned int exports;		/* dma-bufs of it not yet released */
 	u64 bar_off[];			/* BAR offset of each page in VA order, or EMU_BAR_HOLE */
@@ -85,7 +104,8 @@ struct emu_pin {
 	u32 magic;			/* EMU_PIN_MAGIC while on emu_dev.pins */
 	u32 issued_version;		/* pt.version as handed out (faults may change it) */
 	struct list_head node;		/* in emu_dev.pins */
-	struct emu_alloc *alloc;	/* NULL once the BAR went away under the pin */
+	struct emu_alloc **allocs;	/* records pinned, in VA order (a span has several) */
+	u32 nallocs;			/* 0 once the BAR went away under the pin */
 	u64 *pa;			/* the array we allocated, whatever pt says now */
 	struct mtgpu_p2p_page_table pt;
 };
@@ -170,6 +190,10 @@ int emu_alloc_access(u64 va, u64 size, u64 off, size_t len, struct emu_io *io);
 struct emu_alloc *emu_alloc_find(const struct pid *owner, u64 va, u64 len);
 struct emu_alloc *emu_alloc_find_va(const struct pid *owner, u64 va);
 u64 emu_alloc_run(const struct emu_alloc *a, u64 off, u64 max, u64 *bar);
+struct emu_alloc *emu_alloc_new(u32 npages);
+void emu_alloc_link(struct emu_alloc *new);
+void emu_alloc_unlink(struct emu_alloc *a);
+int emu_va_find(const struct pid *owner, u64 size, u64 align, u64 *va);
 void emu_alloc_unpin(struct emu_alloc *a);
 void emu_alloc_unexport(struct emu_alloc *a);
 void emu_alloc_drop_all(void);
@@ -178,6 +202,13 @@ void emu_alloc_drop_all(void);
 int emu_fault_set(u32 kind, u32 count);
 void emu_p2p_orphan_pins(void);
 void emu_p2p_drop_all(void);
+
+/* emu_vmm.c: the VMM ioctl, and which mappings one get_pages may cover */
+int emu_vmm_ioctl(const struct file *file, struct mtgpu_emu_vmm __user *uarg);
+int emu_vmm_span(struct emu_alloc *a, u64 gpu_va, u64 length, struct emu_alloc ***allocsp,
+		 u32 *np);
+void emu_vmm_phys_put(struct emu_alloc *phys);
+bool emu_vmm_pinnable(const struct emu_alloc *a);
 
 /* emu_dmabuf.c: EXPORT_DMABUF */
 int emu_dmabuf_export(struct mtgpu_emu_export_dmabuf __user *uarg);

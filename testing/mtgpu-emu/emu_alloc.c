@@ -38,7 +38,8 @@ static struct pid *emu_caller(void)
 
 /*
  * Finds the caller-visible allocation of @owner that holds @va, or NULL. Freed-but-pinned
- * allocations are invisible.
+ * allocations are invisible, and so are VMM allocations and reservations: a VMM VA resolves
+ * to its mapping (EMU_KIND_MAP).
  */
 struct emu_alloc *emu_alloc_find_va(const struct pid *owner, u64 va)
 {
@@ -47,6 +48,8 @@ struct emu_alloc *emu_alloc_find_va(const struct pid *owner, u64 va)
 	lockdep_assert_held(&emu_dev.lock);
 	list_for_each_entry(a, &emu_dev.allocs, node) {
 		if (!a->file || a->owner != owner)
+			continue;
+		if (a->kind == EMU_KIND_PHYS || a->kind == EMU_KIND_RESERVE)
 			continue;
 		if (va >= a->va && va - a->va < a->size)
 			return a;
@@ -63,7 +66,7 @@ struct emu_alloc *emu_alloc_find(const struct pid *owner, u64 va, u64 len)
 }
 
 /* Lowest free VA of @owner for @size bytes at @align (see the top of this file). */
-static int emu_va_find(const struct pid *owner, u64 size, u64 align, u64 *va)
+int emu_va_find(const struct pid *owner, u64 size, u64 align, u64 *va)
 {
 	u64 cand = ALIGN((u64)MTGPU_EMU_VA_BASE, align);
 	struct emu_alloc *a;
@@ -83,7 +86,7 @@ static int emu_va_find(const struct pid *owner, u64 size, u64 align, u64 *va)
 }
 
 /* Inserts @new into emu_dev.allocs, keeping it sorted by VA. */
-static void emu_alloc_link(struct emu_alloc *new)
+void emu_alloc_link(struct emu_alloc *new)
 {
 	struct emu_alloc *a;
 
@@ -180,8 +183,11 @@ static u32 emu_alloc_compact(struct emu_alloc *a)
 
 static void emu_alloc_free_pages(struct emu_alloc *a)
 {
-	u32 backed = a->sparse ? emu_alloc_compact(a) : a->npages;
+	u32 backed;
 
+	if (a->kind != EMU_KIND_MEM && a->kind != EMU_KIND_PHYS)
+		return;		/* a MAP's pages are its PHYS record's; a RESERVE has none */
+	backed = a->sparse ? emu_alloc_compact(a) : a->npages;
 	emu_bar_free_pages(a->page_size, backed, a->bar_off);
 }
 
@@ -204,7 +210,13 @@ static int emu_alloc_check(const struct mtgpu_emu_alloc *args, u64 *align)
 		return -EINVAL;
 	}
 	if (!args->size || args->flags & ~(MTGPU_EMU_ALLOC_SCATTER | MTGPU_EMU_ALLOC_MANAGED |
-					   MTGPU_EMU_ALLOC_SPARSE))
+					   MTGPU_EMU_ALLOC_SPARSE | MTGPU_EMU_ALLOC_VMM |
+					   MTGPU_EMU_ALLOC_RDMA))
+		return -EINVAL;
+	/* VMM memory is plain device memory; only it has the RDMA attribute. */
+	if (args->flags & MTGPU_EMU_ALLOC_VMM ?
+	    args->flags & (MTGPU_EMU_ALLOC_MANAGED | MTGPU_EMU_ALLOC_SPARSE) :
+	    args->flags & MTGPU_EMU_ALLOC_RDMA)
 		return -EINVAL;
 	if (args->align && (!is_power_of_2(args->align) || args->align > EMU_ALIGN_MAX))
 		return -EINVAL;
@@ -238,6 +250,16 @@ err_free_pages:
 	return ret;
 }
 
+/* A zeroed record for @npages pages, owned by the caller's thread group (no reference yet). */
+struct emu_alloc *emu_alloc_new(u32 npages)
+{
+	struct emu_alloc *a = kvzalloc(struct_size(a, bar_off, npages), GFP_KERNEL);
+
+	if (a)
+		a->owner = emu_caller();
+	return a;
+}
+
 /* ALLOC: on success args->gpu_va is the new allocation's VA in the caller's VA space. */
 int emu_alloc_create(const struct file *file, struct mtgpu_emu_alloc *args)
 {
@@ -262,12 +284,13 @@ int emu_alloc_create(const struct file *file, struct mtgpu_emu_alloc *args)
 	size = round_up(args->size, (u64)args->page_size);
 	npages = size >> ilog2(args->page_size);
 
-	a = kvzalloc(struct_size(a, bar_off, npages), GFP_KERNEL);
+	a = emu_alloc_new(npages);
 	if (!a) {
 		ret = -ENOMEM;
 		goto err_unlock;
 	}
-	a->owner = emu_caller();
+	a->kind = args->flags & MTGPU_EMU_ALLOC_VMM ? EMU_KIND_PHYS : EMU_KIND_MEM;
+	a->rdma = args->flags & MTGPU_EMU_ALLOC_RDMA;
 	a->size = size;
 	a->page_size = args->page_size;
 	a->page_shift = ilog2(args->page_size);
@@ -301,13 +324,20 @@ static void emu_alloc_destroy(struct emu_alloc *a)
 	list_del(&a->node);
 	emu_alloc_free_pages(a);
 	emu_dev.nr_allocs--;
-	emu_dev.bytes_allocated -= a->size;
+	if (a->kind == EMU_KIND_MEM || a->kind == EMU_KIND_PHYS)
+		emu_dev.bytes_allocated -= a->size;
 	put_pid(a->owner);
+	if (a->kind == EMU_KIND_MAP)
+		emu_vmm_phys_put(a->phys);
 	kvfree(a);
 }
 
-/* The owner lets go of @a: its VA stops resolving; its memory goes with the last pin. */
-static void emu_alloc_unlink(struct emu_alloc *a)
+/*
+ * The owner lets go of @a: its VA stops resolving; its memory goes with the last pin (and,
+ * for a VMM allocation, the last mapping of it). This may destroy another record (the PHYS
+ * of a MAP): callers iterating emu_dev.allocs start over after it.
+ */
+void emu_alloc_unlink(struct emu_alloc *a)
 {
 	lockdep_assert_held(&emu_dev.lock);
 	a->file = NULL;
@@ -315,9 +345,19 @@ static void emu_alloc_unlink(struct emu_alloc *a)
 		emu_dev.freed_while_pinned++;
 	if (a->exports)
 		emu_dev.freed_while_exported++;
-	if (a->pins || a->exports)
+	if (a->pins || a->exports || a->maps)
 		return;
 	emu_alloc_destroy(a);
+}
+
+/* A MAP record dropped its reference on @phys. */
+void emu_vmm_phys_put(struct emu_alloc *phys)
+{
+	lockdep_assert_held(&emu_dev.lock);
+	if (WARN_ON_ONCE(!phys->maps))
+		return;
+	if (--phys->maps == 0 && !phys->file)
+		emu_alloc_destroy(phys);
 }
 
 /* FREE: @va must start an allocation of the caller. */
@@ -333,6 +373,8 @@ int emu_alloc_free(u64 va)
 		goto out_unlock;
 	}
 	list_for_each_entry(a, &emu_dev.allocs, node) {
+		if (a->kind != EMU_KIND_MEM && a->kind != EMU_KIND_PHYS)
+			continue;	/* VMM ranges go with their own operations */
 		if (a->file && a->owner == owner && a->va == va) {
 			emu_alloc_unlink(a);
 			ret = 0;
@@ -344,15 +386,23 @@ out_unlock:
 	return ret;
 }
 
-/* @file is being released: free what it allocated. */
+/*
+ * @file is being released: free what it allocated. An unlink may destroy a record other than
+ * the one unlinked (see emu_alloc_unlink), so the walk starts over after each.
+ */
 void emu_alloc_release_file(const struct file *file)
 {
-	struct emu_alloc *a, *tmp;
+	struct emu_alloc *a;
 
 	mutex_lock(&emu_dev.lock);
-	list_for_each_entry_safe(a, tmp, &emu_dev.allocs, node)
-		if (a->file == file)
+again:
+	list_for_each_entry(a, &emu_dev.allocs, node) {
+		if (a->file == file) {
 			emu_alloc_unlink(a);
+			cond_resched();
+			goto again;
+		}
+	}
 	mutex_unlock(&emu_dev.lock);
 }
 
@@ -372,6 +422,10 @@ int emu_alloc_access(u64 va, u64 size, u64 off, size_t len, struct emu_io *io)
 		goto out_unlock;
 	}
 	a = emu_alloc_find(emu_caller(), va, size);
+	/* A VMM mapping without access faults on the GPU; without write access, on writes. */
+	if (a && a->kind == EMU_KIND_MAP &&
+	    (!a->access || (io->op != EMU_IO_READ && a->access != MTGPU_EMU_ACCESS_READWRITE)))
+		a = NULL;
 	if (!a || off > size || len > size - off) {
 		ret = -EINVAL;
 		goto out_unlock;
@@ -388,7 +442,7 @@ void emu_alloc_unpin(struct emu_alloc *a)
 	lockdep_assert_held(&emu_dev.lock);
 	if (WARN_ON_ONCE(!a->pins))
 		return;
-	if (--a->pins == 0 && !a->exports && !a->file)
+	if (--a->pins == 0 && !a->exports && !a->maps && !a->file)
 		emu_alloc_destroy(a);
 }
 
@@ -398,11 +452,14 @@ void emu_alloc_unexport(struct emu_alloc *a)
 	lockdep_assert_held(&emu_dev.lock);
 	if (WARN_ON_ONCE(!a->exports))
 		return;
-	if (--a->exports == 0 && !a->pins && !a->file)
+	if (--a->exports == 0 && !a->pins && !a->maps && !a->file)
 		emu_alloc_destroy(a);
 }
 
-/* The BAR is going away: free every allocation, pinned or not. */
+/*
+ * The BAR is going away: free every allocation, pinned or not. Mappings first, as each one's
+ * destruction may take its VMM allocation with it; then the rest, which references nothing.
+ */
 void emu_alloc_drop_all(void)
 {
 	struct emu_alloc *a, *tmp;
@@ -410,6 +467,13 @@ void emu_alloc_drop_all(void)
 	lockdep_assert_held(&emu_dev.lock);
 	emu_p2p_orphan_pins();
 	emu_dmabuf_orphan_all();
+again:
+	list_for_each_entry(a, &emu_dev.allocs, node) {
+		if (a->kind == EMU_KIND_MAP) {
+			emu_alloc_destroy(a);
+			goto again;
+		}
+	}
 	list_for_each_entry_safe(a, tmp, &emu_dev.allocs, node)
 		emu_alloc_destroy(a);
 }

@@ -31,6 +31,7 @@ static_assert(MTGPU_EMU_IOC_INJECT_FAULT == _IOW(MTGPU_EMU_IOCTL, 6, struct mtgp
 static_assert(MTGPU_EMU_IOC_GET_STATS == _IOR(MTGPU_EMU_IOCTL, 7, struct mtgpu_emu_stats));
 static_assert(MTGPU_EMU_IOC_EXPORT_DMABUF ==
 	      _IOWR(MTGPU_EMU_IOCTL, 8, struct mtgpu_emu_export_dmabuf));
+static_assert(MTGPU_EMU_IOC_VMM == _IOWR(MTGPU_EMU_IOCTL, 9, struct mtgpu_emu_vmm));
 
 /* READ (BAR -> user) or WRITE (user -> BAR) of args->size bytes at args->gpu_va. */
 static int emu_copy(const struct mtgpu_emu_rw *args, enum emu_io_op op)
@@ -166,6 +167,8 @@ static long emu_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		return emu_ioctl_get_stats(argp);
 	case MTGPU_EMU_IOC_EXPORT_DMABUF:
 		return emu_dmabuf_export(argp);
+	case MTGPU_EMU_IOC_VMM:
+		return emu_vmm_ioctl(file, argp);
 	default:
 		return -ENOTTY;
 	}

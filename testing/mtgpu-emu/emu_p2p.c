@@ -14,6 +14,8 @@
  * - the array is allocated (kcalloc, so a huge length WARNs in the page allocator) before
  *   the range is checked against the allocation;
  * - every refused call logs one line, not rate-limited, and managed memory is refused;
+ * - a VMM VA resolves to its mapping (emu_vmm.c says what that rests on, and which choices
+ *   the p2p_vmm_* parameters make where the real driver's behaviour is unknown);
  * - put_pages needs no particular context and uses gpu_va only in its messages.
  * Module parameters switch to the other behaviours a driver may have: p2p_entry0_page_base
  * (entry 0 is the base of gpu_va's page) and p2p_short_count (drivers 2.1.2 to 2.6.0:
@@ -155,22 +157,31 @@ static u64 emu_entry_count(u64 gpu_va, u64 length, u64 ps)
 }
 
 /*
- * Fills the array of a table of [gpu_va, ...) in @a with up to @count entries, skipping holes;
- * returns how many it wrote.
+ * Fills the array of a table of [gpu_va, ...) in @pin's records (VA-contiguous, one page
+ * size) with up to @count entries, skipping holes; returns how many it wrote.
  */
-static u32 emu_fill_array(const struct emu_alloc *a, u64 gpu_va, u32 count, u64 *pa)
+static u32 emu_fill_array(const struct emu_pin *pin, u64 gpu_va, u32 count, u64 *pa)
 {
-	u64 ps = a->page_size;
-	u32 page = (gpu_va - a->va) >> a->page_shift;
-	u32 i, n = 0;
+	const struct emu_alloc *a = pin->allocs[0];
+	u64 ps = a->page_size, va = gpu_va & ~(ps - 1), off;
+	bool first_hole = false;
+	u32 i, k = 0, n = 0;
 
-	for (i = 0; i < count && page + i < a->npages; i++) {
-		if (a->bar_off[page + i] == EMU_BAR_HOLE)
+	for (i = 0; i < count; i++, va += ps) {
+		while (k < pin->nallocs && va - pin->allocs[k]->va >= pin->allocs[k]->size)
+			k++;
+		if (k == pin->nallocs)
+			break;
+		a = pin->allocs[k];
+		off = a->bar_off[(va - a->va) >> a->page_shift];
+		if (off == EMU_BAR_HOLE) {
+			first_hole |= !i;
 			continue;
-		pa[n++] = emu_dev.bar_phys + a->bar_off[page + i];
+		}
+		pa[n++] = emu_dev.bar_phys + off;
 	}
 	/* The vendor driver's entry 0 is gpu_va's own address when its page is backed. */
-	if (n && a->bar_off[page] != EMU_BAR_HOLE && !READ_ONCE(emu_entry0_page_base))
+	if (n && !first_hole && !READ_ONCE(emu_entry0_page_base))
 		pa[0] += gpu_va & (ps - 1);
 	return n;
 }
@@ -185,6 +196,7 @@ static int emu_pin_create(struct emu_alloc *a, u64 gpu_va, u64 length, u32 fault
 {
 	u64 count = emu_entry_count(gpu_va, length, a->page_size);
 	struct emu_pin *pin;
+	int ret;
 	u32 n;
 
 	lockdep_assert_held(&emu_dev.lock);
@@ -196,16 +208,17 @@ static int emu_pin_create(struct emu_alloc *a, u64 gpu_va, u64 length, u32 fault
 	pin->pa = kcalloc(count + 1, sizeof(*pin->pa), GFP_KERNEL);
 	if (!pin->pa)
 		goto err_free_pin;
-	if (length > a->size - (gpu_va - a->va)) {
+	/* The records the range covers: @a alone, or VMM mappings one after the other. */
+	ret = emu_vmm_span(a, gpu_va, length, &pin->allocs, &pin->nallocs);
+	if (ret) {
 		kfree(pin->pa);
 		kfree(pin);
-		return -EINVAL;
+		return ret;
 	}
 
-	n = emu_fill_array(a, gpu_va, count, pin->pa);
+	n = emu_fill_array(pin, gpu_va, count, pin->pa);
 	pin->magic = EMU_PIN_MAGIC;
 	pin->issued_version = MTGPU_P2P_PAGE_TABLE_VERSION;
-	pin->alloc = a;
 	pin->pt.version = MTGPU_P2P_PAGE_TABLE_VERSION;
 	pin->pt.page_size = a->page_size;
 	pin->pt.cpu_pa_array = pin->pa;
@@ -222,12 +235,15 @@ err_free_pin:
 
 static void emu_pin_destroy(struct emu_pin *pin)
 {
+	u32 i;
+
 	lockdep_assert_held(&emu_dev.lock);
 	list_del(&pin->node);
 	emu_dev.nr_pins--;
-	if (pin->alloc)
-		emu_alloc_unpin(pin->alloc);
+	for (i = 0; i < pin->nallocs; i++)
+		emu_alloc_unpin(pin->allocs[i]);
 	pin->magic = 0;
+	kfree(pin->allocs);
 	kfree(pin->pa);
 	kfree(pin);
 }
@@ -264,6 +280,7 @@ static int emu_get_pages_locked(u64 gpu_va, u64 length, u32 fault,
 	struct emu_alloc *a;
 	struct emu_pin *pin;
 	int ret;
+	u32 i;
 
 	lockdep_assert_held(&emu_dev.lock);
 	if (fault == MTGPU_EMU_FAULT_ENOMEM) {
@@ -284,6 +301,11 @@ static int emu_get_pages_locked(u64 gpu_va, u64 length, u32 fault,
 		pr_err("[MTGPU P2P][ERROR] gpu va:0x%llx is not device memory\n", gpu_va);
 		return -EINVAL;
 	}
+	if (!emu_vmm_pinnable(a)) {
+		pr_err("[MTGPU P2P][ERROR] gpu va:0x%llx: VMM memory without access or RDMA flag\n",
+		       gpu_va);
+		return -EINVAL;
+	}
 	ret = emu_pin_create(a, gpu_va, length, fault, &pin);
 	if (ret) {
 		pr_err("[MTGPU P2P][ERROR] cannot pin gpu va:0x%llx length:0x%llx: %d\n",
@@ -292,7 +314,8 @@ static int emu_get_pages_locked(u64 gpu_va, u64 length, u32 fault,
 	}
 	list_add_tail(&pin->node, &emu_dev.pins);
 	emu_dev.nr_pins++;
-	a->pins++;
+	for (i = 0; i < pin->nallocs; i++)
+		pin->allocs[i]->pins++;
 	*page_table_ptr = &pin->pt;
 	return 0;
 }
@@ -365,7 +388,7 @@ void emu_p2p_orphan_pins(void)
 	if (emu_dev.nr_pins)
 		pr_warn("BAR removed with %llu page tables outstanding\n", emu_dev.nr_pins);
 	list_for_each_entry(pin, &emu_dev.pins, node)
-		pin->alloc = NULL;
+		pin->nallocs = 0;
 }
 
 /* Module exit: free page tables nobody will put any more. */

@@ -50,6 +50,31 @@
 #define MTGPU_EMU_ALLOC_SPARSE 4
 
 /**
+ * `mtgpu_emu_alloc.flags`: physical memory for the VMM API (what `muMemCreate` makes). The
+ * `gpu_va` returned is only a handle: nothing resolves it (READ, WRITE, `get_pages` refuse
+ * it) until `MTGPU_EMU_VMM_MAP` maps it into a reserved range. FREE of the handle releases
+ * it; its memory lives on while a mapping of it exists.
+ */
+#define MTGPU_EMU_ALLOC_VMM 8
+
+/**
+ * `mtgpu_emu_alloc.flags`, with `MTGPU_EMU_ALLOC_VMM` only: created GPUDirect-RDMA capable
+ * (`allocFlags.gpuDirectRDMACapable`). `get_pages` refuses mappings of VMM memory without it
+ * unless the `p2p_vmm_any` parameter is set.
+ */
+#define MTGPU_EMU_ALLOC_RDMA 16
+
+/**
+ * `mtgpu_emu_vmm.access`: CUDA's `CUmemAccess_flags` values, which MUSA is taken to mirror.
+ * Without access a mapping refuses READ/WRITE/MEMSET and `get_pages`; READ refuses writes.
+ */
+#define MTGPU_EMU_ACCESS_NONE 0
+
+#define MTGPU_EMU_ACCESS_READ 1
+
+#define MTGPU_EMU_ACCESS_READWRITE 3
+
+/**
  * The highest fault kind INJECT_FAULT accepts.
  */
 #define MTGPU_EMU_FAULT_MAX (uint32_t)MTGPU_EMU_FAULT_BAD_COUNT
@@ -118,6 +143,47 @@ enum mtgpu_emu_fault_kind
 typedef enum mtgpu_emu_fault_kind mtgpu_emu_fault_kind;
 #else
 typedef uint32_t mtgpu_emu_fault_kind;
+#endif // __STDC_VERSION__ >= 202311L
+
+/**
+ * `mtgpu_emu_vmm.op`: the VMM calls on GPU VA (`muMemAddressReserve`, `muMemAddressFree`,
+ * `muMemMap`, `muMemUnmap`, `muMemSetAccess`).
+ */
+enum mtgpu_emu_vmm_op
+#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Reserve `size` bytes of VA (a multiple of 4 KiB) aligned to `align` (0: 4 KiB); out:
+   * `gpu_va`. A reserved range resolves nothing until mapped.
+   */
+  MTGPU_EMU_VMM_RESERVE = 1,
+  /**
+   * Free the reservation `[gpu_va, gpu_va + size)` exactly; refused while a mapping is in it.
+   */
+  MTGPU_EMU_VMM_UNRESERVE = 2,
+  /**
+   * Map `[offset, offset + size)` of the VMM allocation `handle` at `gpu_va`, inside one
+   * reservation and over no other mapping; all three multiples of its page size. The new
+   * mapping has no access until SET_ACCESS.
+   */
+  MTGPU_EMU_VMM_MAP = 3,
+  /**
+   * Unmap every mapping in `[gpu_va, gpu_va + size)`; none may stick out of the range. A
+   * pinned mapping stops resolving at once but keeps its memory until its last put_pages.
+   */
+  MTGPU_EMU_VMM_UNMAP = 4,
+  /**
+   * Give `[gpu_va, gpu_va + size)`, which must be mapped throughout by mappings that do not
+   * stick out of it, the access `access` (`MTGPU_EMU_ACCESS_*`).
+   */
+  MTGPU_EMU_VMM_SET_ACCESS = 5,
+};
+#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 202311L
+typedef enum mtgpu_emu_vmm_op mtgpu_emu_vmm_op;
+#else
+typedef uint32_t mtgpu_emu_vmm_op;
 #endif // __STDC_VERSION__ >= 202311L
 
 struct mtgpu_emu_alloc {
@@ -273,6 +339,40 @@ struct mtgpu_emu_export_dmabuf {
   __s32 fd;
 };
 
+/**
+ * VMM: one operation on the caller's GPU VA space (`mtgpu_emu_vmm_op`).
+ */
+struct mtgpu_emu_vmm {
+  /**
+   * in: an `mtgpu_emu_vmm_op`.
+   */
+  __u32 op;
+  /**
+   * in: SET_ACCESS's `MTGPU_EMU_ACCESS_*`; 0 for the other operations.
+   */
+  __u32 access;
+  /**
+   * in (out for RESERVE): start of the range.
+   */
+  __u64 gpu_va;
+  /**
+   * in: bytes.
+   */
+  __u64 size;
+  /**
+   * in: RESERVE's alignment (a power of two, 0: 4 KiB); 0 for the others.
+   */
+  __u64 align;
+  /**
+   * in: MAP's VMM allocation (the `gpu_va` ALLOC returned for it); 0 for the others.
+   */
+  __u64 handle;
+  /**
+   * in: MAP's offset into that allocation; 0 for the others.
+   */
+  __u64 offset;
+};
+
 
 /* Command numbers (generic Linux _IOC encoding). */
 #define MTGPU_EMU_IOC_ALLOC         0xC020DB01U
@@ -283,6 +383,7 @@ struct mtgpu_emu_export_dmabuf {
 #define MTGPU_EMU_IOC_INJECT_FAULT  0x4008DB06U
 #define MTGPU_EMU_IOC_GET_STATS     0x8080DB07U
 #define MTGPU_EMU_IOC_EXPORT_DMABUF 0xC018DB08U
+#define MTGPU_EMU_IOC_VMM           0xC030DB09U
 #define MTGPU_EMU_DEVICE_NAME "mtgpu_emu"
 
 #endif  /* MTGPU_EMU_IOCTL_H */

@@ -219,6 +219,8 @@ fn emu_header(root: &Path) -> Result<Generated> {
             "mtgpu_emu_fault",
             "mtgpu_emu_stats",
             "mtgpu_emu_export_dmabuf",
+            "mtgpu_emu_vmm_op",
+            "mtgpu_emu_vmm",
         ],
         &defines,
     )

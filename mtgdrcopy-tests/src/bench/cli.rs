@@ -13,9 +13,9 @@ pub struct Common {
           value_parser = clap::value_parser!(i32).range(0..))]
     pub device: i32,
 
-    /// Function that allocates the device buffer. muMemAlloc is the only one: mtgpu's P2P
-    /// interface pins memory from muMemAlloc (musaMalloc); there is no VMM (muMemCreate) path.
-    /// Upstream's name cuMemAlloc is accepted as a synonym.
+    /// Function that allocates the device buffer: muMemAlloc, or muMemCreate (the VMM API:
+    /// created GPUDirect-RDMA capable, reserved, mapped, read-write, as upstream's cuMemCreate).
+    /// Upstream's names cuMemAlloc and cuMemCreate are accepted as synonyms.
     #[arg(short = 'a', long = "alloc-fn", value_name = "FN", default_value = "muMemAlloc",
           value_parser = parse_alloc_fn)]
     pub alloc_fn: AllocFn,
@@ -39,29 +39,16 @@ pub struct Common {
 }
 
 /// The allocation functions (`-a`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AllocFn {
-    MuMemAlloc,
-}
-
-impl AllocFn {
-    pub fn name(self) -> &'static str {
-        match self {
-            AllocFn::MuMemAlloc => "muMemAlloc",
-        }
-    }
-}
+pub use crate::gpu::AllocFn;
 
 /// Parses `-a`.
 pub fn parse_alloc_fn(s: &str) -> Result<AllocFn, String> {
     match s {
         "muMemAlloc" | "cuMemAlloc" => Ok(AllocFn::MuMemAlloc),
-        "muMemCreate" | "cuMemCreate" => Err(format!(
-            "{s} (VMM allocations) is not supported: mtgpu's P2P interface pins muMemAlloc \
-             memory only; use muMemAlloc"
-        )),
+        "muMemCreate" | "cuMemCreate" => Ok(AllocFn::MuMemCreate),
         _ => Err(format!(
-            "unknown allocation function {s:?}; the one supported is muMemAlloc"
+            "unknown allocation function {s:?}; use muMemAlloc or muMemCreate (or upstream's \
+             cuMemAlloc, cuMemCreate)"
         )),
     }
 }
@@ -165,9 +152,10 @@ mod tests {
     fn alloc_fn_names() {
         assert_eq!(parse_alloc_fn("muMemAlloc"), Ok(AllocFn::MuMemAlloc));
         assert_eq!(parse_alloc_fn("cuMemAlloc"), Ok(AllocFn::MuMemAlloc));
-        let e = parse_alloc_fn("cuMemCreate").unwrap_err();
-        assert!(e.contains("muMemAlloc"), "{e}");
-        assert!(parse_alloc_fn("malloc").is_err());
+        assert_eq!(parse_alloc_fn("muMemCreate"), Ok(AllocFn::MuMemCreate));
+        assert_eq!(parse_alloc_fn("cuMemCreate"), Ok(AllocFn::MuMemCreate));
+        let e = parse_alloc_fn("malloc").unwrap_err();
+        assert!(e.contains("muMemCreate"), "{e}");
     }
 
     #[test]

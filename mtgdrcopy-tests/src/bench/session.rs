@@ -86,6 +86,9 @@ impl Env {
     pub fn open(common: &Common) -> Result<Env> {
         let gpu = crate::musa::open(common.device)
             .with_context(|| format!("opening GPU {}", common.device))?;
+        // A device without pinnable VMM memory is a missing feature (exit 77), as no device is.
+        let gpu =
+            crate::gpu::with_alloc_fn(gpu, common.alloc_fn).map_err(crate::status::unavailable)?;
         let gdr = Gdr::open()?;
         if let Some(warning) = crate::gdr::fallback_warning(gdr.using_dmabuf()) {
             Term::detect().warn(warning);

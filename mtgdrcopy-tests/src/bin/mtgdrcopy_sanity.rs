@@ -72,6 +72,7 @@ fn run(args: &Args) -> Result<Status> {
     sanity::set_verbose(args.verbose);
     let ctx = Ctx {
         device: args.device,
+        alloc: Default::default(),
     };
     let timeout = Duration::from_secs(args.timeout);
     preflight(&ctx, timeout)?;
@@ -146,12 +147,11 @@ fn list(all: &[Case], emulated: bool) {
     for c in all.iter().filter(listed).filter(|c| c.extended) {
         let _ = writeln!(out, "{}", line(c));
     }
-    let _ = writeln!(out);
-    let _ = writeln!(out, "Not ported ({}):", sanity::VMM_REASON);
-    let mut names: Vec<&str> = sanity::NOT_PORTED.iter().map(|(n, _)| *n).collect();
-    names.sort();
-    for n in names {
-        let _ = writeln!(out, "    {n}");
+    if !sanity::NOT_PORTED.is_empty() {
+        let _ = writeln!(out, "\nNot ported:");
+        for (n, why) in sanity::NOT_PORTED {
+            let _ = writeln!(out, "    {n} ({why})");
+        }
     }
 }
 

@@ -13,16 +13,19 @@
 //! MUSA context: a case opens the GPU itself ([`Ctx::gpu`]), after any fork it needs, because
 //! a driver API initialised before `fork` is not usable in the child.
 //!
-//! Upstream's `_vmmalloc` variants are not ported: this backend has no MUSA VMM allocations.
-//! They are named in [`NOT_PORTED`], listed by `-l`, and reported as skipped when asked for by
-//! name, so that nobody mistakes their absence for a pass.
+//! Upstream's `_vmmalloc` variants run the `_mumemalloc` case bodies on memory from MUSA's VMM
+//! API (`muMemCreate` with `gpuDirectRDMACapable`, reserved, mapped, read-write: upstream's
+//! `gpu_vmm_alloc`): [`Ctx::alloc`] says which memory a case's [`Ctx::gpu`] allocates. They are
+//! skipped where the device reports no GPUDirect RDMA with VMM memory, as upstream waives them.
+//! Upstream cases left out on purpose would be named in [`NOT_PORTED`], listed by `-l` and
+//! reported as skipped when asked for by name; none is.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Result;
 
-use crate::gpu::Gpu;
+use crate::gpu::{AllocFn, Gpu};
 
 mod attributes;
 mod basic;
@@ -37,17 +40,42 @@ pub mod runner;
 pub use support::{emulated, Counters};
 mod support;
 
-/// What every case gets: the device to use.
+/// Ends the case as skipped with a formatted reason.
+macro_rules! skip {
+    ($($arg:tt)*) => {
+        return Err($crate::sanity::Skip(format!($($arg)*)).into())
+    };
+}
+use skip;
+
+/// What every case gets: the device to use, and how its buffers are allocated.
 #[derive(Clone, Debug)]
 pub struct Ctx {
     /// MUSA device ordinal (`-d`).
     pub device: i32,
+    /// `muMemAlloc` for the `_mumemalloc` cases, the VMM API for the `_vmmalloc` ones.
+    pub alloc: AllocFn,
 }
 
 impl Ctx {
-    /// Opens the case's GPU (MUSA driver API) in the calling process.
+    /// Opens the case's GPU (MUSA driver API) in the calling process; its `alloc` is
+    /// [`Ctx::alloc`]'s. A device without pinnable VMM memory skips a VMM case.
     pub fn gpu(&self) -> Result<Box<dyn Gpu>> {
-        crate::musa::open(self.device)
+        let gpu = crate::musa::open(self.device)?;
+        if self.alloc == AllocFn::MuMemCreate {
+            if let Err(e) = gpu.vmm_supported() {
+                skip!("no VMM memory to pin here: {e:#}");
+            }
+        }
+        crate::gpu::with_alloc_fn(gpu, self.alloc)
+    }
+
+    /// The same case on VMM memory.
+    fn vmm(&self) -> Ctx {
+        Ctx {
+            alloc: AllocFn::MuMemCreate,
+            ..self.clone()
+        }
     }
 }
 
@@ -62,14 +90,6 @@ impl fmt::Display for Skip {
 }
 
 impl std::error::Error for Skip {}
-
-/// Ends the case as skipped with a formatted reason.
-macro_rules! skip {
-    ($($arg:tt)*) => {
-        return Err($crate::sanity::Skip(format!($($arg)*)).into())
-    };
-}
-use skip;
 
 static VERBOSE: AtomicBool = AtomicBool::new(false);
 
@@ -125,6 +145,50 @@ macro_rules! case {
     };
 }
 
+/// Upstream's `_vmmalloc` cases: `$vmm` runs the body of `$mum` on VMM memory.
+macro_rules! vmm_cases {
+    ($($module:ident :: $vmm:ident => $mum:ident),* $(,)?) => {
+        $(
+            /// Upstream's case of this name: the `_mumemalloc` case's body on memory from the
+            /// VMM API (muMemCreate, reserved, mapped, read-write).
+            pub fn $vmm(ctx: &Ctx) -> Result<()> {
+                $module::$mum(&ctx.vmm())
+            }
+        )*
+        /// The `_vmmalloc` cases, registered as the others.
+        fn vmm_case_list() -> Vec<Case> {
+            vec![$(Case {
+                name: stringify!($vmm),
+                run: $vmm,
+                extended: false,
+                emulator_only: false,
+            }),*]
+        }
+    };
+}
+
+vmm_cases! {
+    basic::basic_vmmalloc => basic_mumemalloc,
+    basic::basic_v2_vmmalloc => basic_v2_mumemalloc,
+    basic::basic_v2_forcepci_vmmalloc => basic_v2_forcepci_mumemalloc,
+    basic::basic_child_thread_pins_buffer_vmmalloc => basic_child_thread_pins_buffer_mumemalloc,
+    data_validation::data_validation_vmmalloc => data_validation_mumemalloc,
+    invalidation::invalidation_access_after_free_vmmalloc => invalidation_access_after_free_mumemalloc,
+    invalidation::invalidation_access_after_gdr_close_vmmalloc =>
+        invalidation_access_after_gdr_close_mumemalloc,
+    invalidation::invalidation_fork_access_after_free_vmmalloc =>
+        invalidation_fork_access_after_free_mumemalloc,
+    invalidation::invalidation_fork_after_gdr_map_vmmalloc => invalidation_fork_after_gdr_map_mumemalloc,
+    invalidation::invalidation_fork_child_gdr_map_parent_vmmalloc =>
+        invalidation_fork_child_gdr_map_parent_mumemalloc,
+    invalidation::invalidation_fork_map_and_free_vmmalloc => invalidation_fork_map_and_free_mumemalloc,
+    invalidation::invalidation_two_mappings_vmmalloc => invalidation_two_mappings_mumemalloc,
+    invalidation::invalidation_unix_sock_shared_fd_gdr_map_vmmalloc =>
+        invalidation_unix_sock_shared_fd_gdr_map_mumemalloc,
+    invalidation::invalidation_unix_sock_shared_fd_gdr_pin_buffer_vmmalloc =>
+        invalidation_unix_sock_shared_fd_gdr_pin_buffer_mumemalloc,
+}
+
 /// Every case, regular ones first, each group in alphabetical order (upstream's order).
 pub fn cases() -> Vec<Case> {
     let mut all = vec![
@@ -172,39 +236,14 @@ pub fn cases() -> Vec<Case> {
         case!(invalidation::invalidation_unix_sock_shared_fd_gdr_pin_buffer_mumemalloc),
         case!(extended leakage::leakage_pin_pages_fork_mumemalloc),
     ];
+    all.extend(vmm_case_list());
     all.sort_by_key(|c| (c.extended, c.name));
     all
 }
 
-/// Why upstream's `_vmmalloc` cases are not ported.
-pub const VMM_REASON: &str = "MUSA VMM allocations are not supported by this backend";
-
-/// Upstream cases left out on purpose, each with the reason.
-pub const NOT_PORTED: &[(&str, &str)] = &[
-    ("basic_v2_forcepci_vmmalloc", VMM_REASON),
-    ("basic_v2_vmmalloc", VMM_REASON),
-    ("basic_child_thread_pins_buffer_vmmalloc", VMM_REASON),
-    ("basic_vmmalloc", VMM_REASON),
-    ("data_validation_vmmalloc", VMM_REASON),
-    ("invalidation_access_after_free_vmmalloc", VMM_REASON),
-    ("invalidation_access_after_gdr_close_vmmalloc", VMM_REASON),
-    ("invalidation_fork_access_after_free_vmmalloc", VMM_REASON),
-    ("invalidation_fork_after_gdr_map_vmmalloc", VMM_REASON),
-    (
-        "invalidation_fork_child_gdr_map_parent_vmmalloc",
-        VMM_REASON,
-    ),
-    ("invalidation_fork_map_and_free_vmmalloc", VMM_REASON),
-    ("invalidation_two_mappings_vmmalloc", VMM_REASON),
-    (
-        "invalidation_unix_sock_shared_fd_gdr_map_vmmalloc",
-        VMM_REASON,
-    ),
-    (
-        "invalidation_unix_sock_shared_fd_gdr_pin_buffer_vmmalloc",
-        VMM_REASON,
-    ),
-];
+/// Upstream cases left out on purpose, each with the reason: none since the `_vmmalloc` cases
+/// were ported (issue 31).
+pub const NOT_PORTED: &[(&str, &str)] = &[];
 
 /// The reason `name` is not ported, if it is one of [`NOT_PORTED`].
 pub fn not_ported(name: &str) -> Option<&'static str> {
@@ -265,6 +304,40 @@ mod tests {
         let mut r = regular.clone();
         r.sort();
         assert_eq!(r, regular, "regular cases run in alphabetical order");
+    }
+
+    /// Upstream's 14 `_vmmalloc` cases exist under upstream's names, each beside the
+    /// `_mumemalloc` case whose body it runs.
+    #[test]
+    fn every_upstream_vmmalloc_case_is_ported() {
+        let names: Vec<&str> = cases().iter().map(|c| c.name).collect();
+        let vmm: Vec<&str> = names
+            .iter()
+            .copied()
+            .filter(|n| n.ends_with("_vmmalloc"))
+            .collect();
+        assert_eq!(vmm.len(), 14, "{vmm:?}");
+        for n in [
+            "basic_vmmalloc",
+            "basic_v2_vmmalloc",
+            "basic_v2_forcepci_vmmalloc",
+            "basic_child_thread_pins_buffer_vmmalloc",
+            "data_validation_vmmalloc",
+            "invalidation_access_after_free_vmmalloc",
+            "invalidation_access_after_gdr_close_vmmalloc",
+            "invalidation_fork_access_after_free_vmmalloc",
+            "invalidation_fork_after_gdr_map_vmmalloc",
+            "invalidation_fork_child_gdr_map_parent_vmmalloc",
+            "invalidation_fork_map_and_free_vmmalloc",
+            "invalidation_two_mappings_vmmalloc",
+            "invalidation_unix_sock_shared_fd_gdr_map_vmmalloc",
+            "invalidation_unix_sock_shared_fd_gdr_pin_buffer_vmmalloc",
+        ] {
+            assert!(vmm.contains(&n), "{n} missing");
+            let mum = n.replace("_vmmalloc", "_mumemalloc");
+            assert!(names.contains(&mum.as_str()), "{n} has no {mum}");
+        }
+        assert!(NOT_PORTED.is_empty());
     }
 
     #[test]

@@ -22,6 +22,7 @@ mod emu_dmabuf;
 mod hardening;
 mod pat;
 mod provider;
+mod vmm;
 
 // -------------------------------------------------------------------------------------------
 // The adversarial suite (issue 7): isolation, lifetimes, unload, bad input. The random side is

@@ -41,6 +41,43 @@ pub const MTGPU_EMU_ALLOC_MANAGED: u32 = 0x2;
 /// `mtgpu_p2p_get_pages` skips them and returns a compacted array (`array_count` smaller than
 /// the pages the range spans), as the real driver does for sparse allocations.
 pub const MTGPU_EMU_ALLOC_SPARSE: u32 = 0x4;
+/// `mtgpu_emu_alloc.flags`: physical memory for the VMM API (what `muMemCreate` makes). The
+/// `gpu_va` returned is only a handle: nothing resolves it (READ, WRITE, `get_pages` refuse
+/// it) until `MTGPU_EMU_VMM_MAP` maps it into a reserved range. FREE of the handle releases
+/// it; its memory lives on while a mapping of it exists.
+pub const MTGPU_EMU_ALLOC_VMM: u32 = 0x8;
+/// `mtgpu_emu_alloc.flags`, with `MTGPU_EMU_ALLOC_VMM` only: created GPUDirect-RDMA capable
+/// (`allocFlags.gpuDirectRDMACapable`). `get_pages` refuses mappings of VMM memory without it
+/// unless the `p2p_vmm_any` parameter is set.
+pub const MTGPU_EMU_ALLOC_RDMA: u32 = 0x10;
+
+/// `mtgpu_emu_vmm.op`: the VMM calls on GPU VA (`muMemAddressReserve`, `muMemAddressFree`,
+/// `muMemMap`, `muMemUnmap`, `muMemSetAccess`).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum mtgpu_emu_vmm_op {
+    /// Reserve `size` bytes of VA (a multiple of 4 KiB) aligned to `align` (0: 4 KiB); out:
+    /// `gpu_va`. A reserved range resolves nothing until mapped.
+    MTGPU_EMU_VMM_RESERVE = 1,
+    /// Free the reservation `[gpu_va, gpu_va + size)` exactly; refused while a mapping is in it.
+    MTGPU_EMU_VMM_UNRESERVE = 2,
+    /// Map `[offset, offset + size)` of the VMM allocation `handle` at `gpu_va`, inside one
+    /// reservation and over no other mapping; all three multiples of its page size. The new
+    /// mapping has no access until SET_ACCESS.
+    MTGPU_EMU_VMM_MAP = 3,
+    /// Unmap every mapping in `[gpu_va, gpu_va + size)`; none may stick out of the range. A
+    /// pinned mapping stops resolving at once but keeps its memory until its last put_pages.
+    MTGPU_EMU_VMM_UNMAP = 4,
+    /// Give `[gpu_va, gpu_va + size)`, which must be mapped throughout by mappings that do not
+    /// stick out of it, the access `access` (`MTGPU_EMU_ACCESS_*`).
+    MTGPU_EMU_VMM_SET_ACCESS = 5,
+}
+
+/// `mtgpu_emu_vmm.access`: CUDA's `CUmemAccess_flags` values, which MUSA is taken to mirror.
+/// Without access a mapping refuses READ/WRITE/MEMSET and `get_pages`; READ refuses writes.
+pub const MTGPU_EMU_ACCESS_NONE: u32 = 0;
+pub const MTGPU_EMU_ACCESS_READ: u32 = 1;
+pub const MTGPU_EMU_ACCESS_READWRITE: u32 = 3;
 
 /// Faults the next `mtgpu_p2p_get_pages` call(s) should show (`mtgpu_emu_fault.kind`).
 #[repr(u32)]
@@ -183,6 +220,26 @@ pub struct mtgpu_emu_export_dmabuf {
     pub fd: __s32,
 }
 
+/// VMM: one operation on the caller's GPU VA space (`mtgpu_emu_vmm_op`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct mtgpu_emu_vmm {
+    /// in: an `mtgpu_emu_vmm_op`.
+    pub op: __u32,
+    /// in: SET_ACCESS's `MTGPU_EMU_ACCESS_*`; 0 for the other operations.
+    pub access: __u32,
+    /// in (out for RESERVE): start of the range.
+    pub gpu_va: __u64,
+    /// in: bytes.
+    pub size: __u64,
+    /// in: RESERVE's alignment (a power of two, 0: 4 KiB); 0 for the others.
+    pub align: __u64,
+    /// in: MAP's VMM allocation (the `gpu_va` ALLOC returned for it); 0 for the others.
+    pub handle: __u64,
+    /// in: MAP's offset into that allocation; 0 for the others.
+    pub offset: __u64,
+}
+
 const IOC_WRITE: u32 = 1;
 const IOC_READ: u32 = 2;
 
@@ -203,7 +260,9 @@ pub const MTGPU_EMU_IOC_EXPORT_DMABUF: u32 = ioc(
     size_of::<mtgpu_emu_export_dmabuf>(),
 );
 
-pub const EMU_IOCTLS: [(&str, u32); 8] = [
+pub const MTGPU_EMU_IOC_VMM: u32 = ioc(IOC_READ | IOC_WRITE, 9, size_of::<mtgpu_emu_vmm>());
+
+pub const EMU_IOCTLS: [(&str, u32); 9] = [
     ("MTGPU_EMU_IOC_ALLOC", MTGPU_EMU_IOC_ALLOC),
     ("MTGPU_EMU_IOC_FREE", MTGPU_EMU_IOC_FREE),
     ("MTGPU_EMU_IOC_READ", MTGPU_EMU_IOC_READ),
@@ -212,6 +271,7 @@ pub const EMU_IOCTLS: [(&str, u32); 8] = [
     ("MTGPU_EMU_IOC_INJECT_FAULT", MTGPU_EMU_IOC_INJECT_FAULT),
     ("MTGPU_EMU_IOC_GET_STATS", MTGPU_EMU_IOC_GET_STATS),
     ("MTGPU_EMU_IOC_EXPORT_DMABUF", MTGPU_EMU_IOC_EXPORT_DMABUF),
+    ("MTGPU_EMU_IOC_VMM", MTGPU_EMU_IOC_VMM),
 ];
 
 const _: () = assert!(size_of::<mtgpu_emu_alloc>() == 32);
@@ -223,3 +283,5 @@ const _: () = assert!(size_of::<mtgpu_emu_fault>() == 8);
 const _: () = assert!(size_of::<mtgpu_emu_stats>() == 128);
 const _: () = assert!(size_of::<mtgpu_emu_export_dmabuf>() == 24);
 const _: () = assert!(offset_of!(mtgpu_emu_export_dmabuf, fd) == 20);
+const _: () = assert!(size_of::<mtgpu_emu_vmm>() == 48);
+const _: () = assert!(offset_of!(mtgpu_emu_vmm, offset) == 40);

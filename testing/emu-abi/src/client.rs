@@ -24,6 +24,7 @@ nix::ioctl_write_ptr_bad!(
     mtgpu_emu_fault
 );
 nix::ioctl_read_bad!(ioc_get_stats, MTGPU_EMU_IOC_GET_STATS, mtgpu_emu_stats);
+nix::ioctl_readwrite_bad!(ioc_vmm, MTGPU_EMU_IOC_VMM, mtgpu_emu_vmm);
 nix::ioctl_readwrite_bad!(
     ioc_export_dmabuf,
     MTGPU_EMU_IOC_EXPORT_DMABUF,
@@ -165,6 +166,74 @@ impl Emu {
         // SAFETY: `e` is a live struct of the type the command copies in and out.
         unsafe { ioc_export_dmabuf(self.fd(), &mut e) }?;
         Ok(e.fd)
+    }
+
+    /// One VMM operation (reserve, unreserve, map, unmap, set access); returns `gpu_va` as the
+    /// emulator left it (RESERVE's new range).
+    pub fn vmm(&self, mut op: mtgpu_emu_vmm) -> Result<u64, Errno> {
+        // SAFETY: `op` is a live struct of the type the command copies in and out.
+        unsafe { ioc_vmm(self.fd(), &mut op) }?;
+        Ok(op.gpu_va)
+    }
+
+    /// Reserves `size` bytes of GPU VA aligned to `align` (0: 4 KiB).
+    pub fn vmm_reserve(&self, size: u64, align: u64) -> Result<u64, Errno> {
+        self.vmm(mtgpu_emu_vmm {
+            op: mtgpu_emu_vmm_op::MTGPU_EMU_VMM_RESERVE as u32,
+            size,
+            align,
+            ..Default::default()
+        })
+    }
+
+    /// Frees the reservation `[gpu_va, gpu_va + size)`.
+    pub fn vmm_unreserve(&self, gpu_va: u64, size: u64) -> Result<(), Errno> {
+        self.vmm_range(mtgpu_emu_vmm_op::MTGPU_EMU_VMM_UNRESERVE, gpu_va, size, 0)
+    }
+
+    /// Maps `[offset, offset + size)` of the VMM allocation `handle` at `gpu_va`.
+    pub fn vmm_map(&self, gpu_va: u64, size: u64, handle: u64, offset: u64) -> Result<(), Errno> {
+        self.vmm(mtgpu_emu_vmm {
+            op: mtgpu_emu_vmm_op::MTGPU_EMU_VMM_MAP as u32,
+            gpu_va,
+            size,
+            handle,
+            offset,
+            ..Default::default()
+        })
+        .map(drop)
+    }
+
+    /// Unmaps the mappings in `[gpu_va, gpu_va + size)`.
+    pub fn vmm_unmap(&self, gpu_va: u64, size: u64) -> Result<(), Errno> {
+        self.vmm_range(mtgpu_emu_vmm_op::MTGPU_EMU_VMM_UNMAP, gpu_va, size, 0)
+    }
+
+    /// Gives the mapped range `[gpu_va, gpu_va + size)` the access `access` (`MTGPU_EMU_ACCESS_*`).
+    pub fn vmm_set_access(&self, gpu_va: u64, size: u64, access: u32) -> Result<(), Errno> {
+        self.vmm_range(
+            mtgpu_emu_vmm_op::MTGPU_EMU_VMM_SET_ACCESS,
+            gpu_va,
+            size,
+            access,
+        )
+    }
+
+    fn vmm_range(
+        &self,
+        op: mtgpu_emu_vmm_op,
+        gpu_va: u64,
+        size: u64,
+        access: u32,
+    ) -> Result<(), Errno> {
+        self.vmm(mtgpu_emu_vmm {
+            op: op as u32,
+            access,
+            gpu_va,
+            size,
+            ..Default::default()
+        })
+        .map(drop)
     }
 
     /// Makes the next `count` get_pages calls show `kind`; count 0 clears.

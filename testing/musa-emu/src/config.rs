@@ -9,12 +9,17 @@
 //!   (default), `off` (the device reports `MU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED` 0 and export
 //!   fails with `MUSA_ERROR_NOT_SUPPORTED`), or `no-mmap` (export works, but the dma-buf
 //!   refuses CPU mmap, as an exporter without CPU access would).
+//! - `MTGPU_EMU_VMM_RDMA`: what `MU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_MUSA_VMM_SUPPORTED`
+//!   reads: `on` (default, 1) or `off` (0, as a device whose VMM memory cannot be pinned). The
+//!   VMM calls themselves work either way; whether a pin of VMM memory works is the kernel
+//!   emulator's choice (its `p2p_vmm_*` parameters).
 
 use mtgpu_emu_abi::{MTGPU_EMU_PAGE_2M, MTGPU_EMU_PAGE_4K, MTGPU_EMU_PAGE_64K};
 
 pub const PAGE_SIZE_ENV: &str = "MTGPU_EMU_PAGE_SIZE";
 pub const ALLOC_ALIGN_ENV: &str = "MTGPU_EMU_ALLOC_ALIGN";
 pub const DMABUF_ENV: &str = "MTGPU_EMU_DMABUF";
+pub const VMM_RDMA_ENV: &str = "MTGPU_EMU_VMM_RDMA";
 
 /// What dma-buf export does (`MTGPU_EMU_DMABUF`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -44,6 +49,8 @@ pub struct Config {
     pub page_size: u32,
     pub align: u64,
     pub dmabuf: DmaBuf,
+    /// `MTGPU_EMU_VMM_RDMA`: the GPUDirect-RDMA-with-VMM attribute reads 1.
+    pub vmm_rdma: bool,
 }
 
 impl Config {
@@ -54,6 +61,11 @@ impl Config {
             var(ALLOC_ALIGN_ENV).as_deref(),
         )?;
         config.dmabuf = DmaBuf::parse(var(DMABUF_ENV).as_deref())?;
+        config.vmm_rdma = match var(VMM_RDMA_ENV).as_deref().map(str::trim) {
+            None | Some("on") => true,
+            Some("off") => false,
+            Some(other) => return Err(format!("{VMM_RDMA_ENV}={other:?} is not one of on, off")),
+        };
         Ok(config)
     }
 
@@ -90,6 +102,7 @@ impl Config {
             page_size,
             align,
             dmabuf: DmaBuf::On,
+            vmm_rdma: true,
         })
     }
 }

@@ -3,6 +3,8 @@
 
 use std::ffi::{c_char, c_int, CStr};
 
+use crate::{ffi, store, MuResult};
+
 use nix::errno::Errno;
 
 pub type MUresult = c_int;
@@ -86,6 +88,37 @@ pub fn from_errno(e: Errno) -> MUresult {
         Errno::ENOENT | Errno::ENODEV | Errno::ENXIO => MUSA_ERROR_NO_DEVICE,
         _ => MUSA_ERROR_OPERATING_SYSTEM,
     }
+}
+
+/// Shared body of `muGetErrorName` / `muGetErrorString`.
+///
+/// # Safety
+/// `out` is NULL or valid for a write of a pointer.
+unsafe fn error_text(code: MUresult, out: *mut *const c_char, name: bool) -> MuResult {
+    let text = describe(code).map(|(n, s)| if name { n } else { s });
+    // SAFETY: per this function's contract.
+    unsafe { store(out, text.unwrap_or(std::ptr::null())) }?;
+    text.map(drop).ok_or(MUSA_ERROR_INVALID_VALUE)
+}
+
+/// `*name` = the code's name (`"MUSA_ERROR_..."`, static); unknown code: NULL and INVALID_VALUE.
+///
+/// # Safety
+/// `name` is NULL or valid for a write of a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn muGetErrorName(code: MUresult, name: *mut *const c_char) -> MUresult {
+    // SAFETY: per this function's contract.
+    ffi(|| unsafe { error_text(code, name, true) })
+}
+
+/// `*text` = the code's description (static); unknown code: NULL and INVALID_VALUE.
+///
+/// # Safety
+/// `text` is NULL or valid for a write of a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn muGetErrorString(code: MUresult, text: *mut *const c_char) -> MUresult {
+    // SAFETY: per this function's contract.
+    ffi(|| unsafe { error_text(code, text, false) })
 }
 
 #[cfg(test)]

@@ -15,6 +15,13 @@
 //! | `muPointerSetAttribute(SYNC_MEMOPS)` | nothing: the emulator's operations are synchronous |
 //! | `muMemGetHandleForAddressRange(DMA_BUF_FD)` | EXPORT_DMABUF (see `config` for `MTGPU_EMU_DMABUF`) |
 //! | `muDeviceGetAttribute(DMA_BUF_SUPPORTED)` | 1 unless `MTGPU_EMU_DMABUF=off` |
+//! | `muMemCreate` / `muMemRelease` | ALLOC with `MTGPU_EMU_ALLOC_VMM` (+ `_RDMA` for `gpuDirectRDMACapable`) / FREE |
+//! | `muMemAddressReserve` / `muMemAddressFree` | VMM RESERVE / UNRESERVE |
+//! | `muMemMap` / `muMemUnmap` / `muMemSetAccess` | VMM MAP / UNMAP / SET_ACCESS |
+//! | `muMemGetAllocationGranularity` | the page size (`MTGPU_EMU_PAGE_SIZE`) |
+//! | `muDeviceGetAttribute(GPU_DIRECT_RDMA_WITH_MUSA_VMM_SUPPORTED)` | 1 unless `MTGPU_EMU_VMM_RDMA=off` |
+//!
+//! The VMM calls (module [`vmm`]) take CUDA's signatures, layouts and numbers: an assumption.
 //!
 //! Like the real driver, calls other than `muDriverGetVersion`, `muGetErrorName` and
 //! `muGetErrorString` fail with `MUSA_ERROR_NOT_INITIALIZED` before a successful `muInit`, and
@@ -30,6 +37,7 @@
 
 pub mod config;
 pub mod error;
+pub mod vmm;
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -85,6 +93,8 @@ struct State {
     ctx_refs: u32,
     /// Live allocations: VA → size (rounded up to the page size, as the emulator does).
     allocs: BTreeMap<MUdeviceptr, u64>,
+    /// VMM handles, reservations and mappings.
+    vmm: vmm::Vmm,
 }
 
 impl Driver {
@@ -319,6 +329,7 @@ pub unsafe extern "C" fn muDevicePrimaryCtxRelease_v2(dev: MUdevice) -> MUresult
                 // Nothing to report to: the memory is gone from our side either way.
                 let _ = d.emu.free(va);
             }
+            st.vmm.release_all(d);
         }
         Ok(())
     })
@@ -358,7 +369,7 @@ pub unsafe extern "C" fn muCtxGetCurrent(pctx: *mut MUcontext) -> MUresult {
     })
 }
 
-/// Only `MU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`; other attributes are not emulated
+/// Only `MU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED` and the VMM ones ([`vmm`]); other attributes are not emulated
 /// (`MUSA_ERROR_INVALID_VALUE`).
 ///
 /// # Safety
@@ -372,11 +383,15 @@ pub unsafe extern "C" fn muDeviceGetAttribute(
     ffi(|| {
         let d = driver()?;
         check_device(dev)?;
-        if attrib != MU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED {
-            return Err(MUSA_ERROR_INVALID_VALUE);
-        }
+        let value = match vmm::attribute(d, attrib) {
+            Some(v) => v,
+            None if attrib == MU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED => {
+                c_int::from(d.config.dmabuf != DmaBuf::Off)
+            }
+            None => return Err(MUSA_ERROR_INVALID_VALUE),
+        };
         // SAFETY: per this function's contract.
-        unsafe { store(pi, c_int::from(d.config.dmabuf != DmaBuf::Off)) }
+        unsafe { store(pi, value) }
     })
 }
 
@@ -487,9 +502,10 @@ pub unsafe extern "C" fn muMemcpyHtoD(
     src: *const c_void,
     count: usize,
 ) -> MUresult {
-    host_copy(count, src.is_null(), |d| {
-        // SAFETY: `src` is readable for `count` bytes per this function's contract.
-        unsafe { d.emu.write_from(dst, src.cast(), count as u64) }
+    host_copy(dst, count, src.is_null(), |d, at, done, len| {
+        // SAFETY: `src` is readable for `count` >= `done + len` bytes per this function's
+        // contract.
+        unsafe { d.emu.write_from(at, src.cast::<u8>().add(done), len) }
     })
 }
 
@@ -501,18 +517,22 @@ pub unsafe extern "C" fn muMemcpyDtoH(
     src: MUdeviceptr,
     count: usize,
 ) -> MUresult {
-    host_copy(count, dst.is_null(), |d| {
-        // SAFETY: `dst` is writable for `count` bytes per this function's contract.
-        unsafe { d.emu.read_to(src, dst.cast(), count as u64) }
+    host_copy(src, count, dst.is_null(), |d, at, done, len| {
+        // SAFETY: `dst` is writable for `count` >= `done + len` bytes per this function's
+        // contract.
+        unsafe { d.emu.read_to(at, dst.cast::<u8>().add(done), len) }
     })
 }
 
-/// A copy between the device and `count` bytes of host memory: nothing for 0 bytes, an invalid
-/// value for a NULL host pointer, else `copy` in the current context.
+/// A copy between `count` bytes of the device at `dev` and host memory: nothing for 0 bytes, an
+/// invalid value for a NULL host pointer, else `copy(driver, device address, bytes done, len)`
+/// for each piece in one record of the emulator (VMM mappings that follow each other are
+/// separate records).
 fn host_copy(
+    dev: MUdeviceptr,
     count: usize,
     host_is_null: bool,
-    copy: impl FnOnce(&Driver) -> Result<(), nix::errno::Errno>,
+    copy: impl Fn(&Driver, u64, usize, u64) -> Result<(), nix::errno::Errno>,
 ) -> MUresult {
     ffi(|| {
         let d = with_context()?;
@@ -522,7 +542,11 @@ fn host_copy(
         if host_is_null {
             return Err(MUSA_ERROR_INVALID_VALUE);
         }
-        copy(d).map_err(from_errno)
+        let pieces = d.state().vmm.pieces(dev, count as u64);
+        for (at, len) in pieces {
+            copy(d, at, (at - dev) as usize, len).map_err(from_errno)?;
+        }
+        Ok(())
     })
 }
 
@@ -535,7 +559,11 @@ pub unsafe extern "C" fn muMemsetD8(dst: MUdeviceptr, value: c_uchar, count: usi
         if count == 0 {
             return Ok(());
         }
-        d.emu.memset(dst, count as u64, value).map_err(from_errno)
+        let pieces = d.state().vmm.pieces(dst, count as u64);
+        for (at, len) in pieces {
+            d.emu.memset(at, len, value).map_err(from_errno)?;
+        }
+        Ok(())
     })
 }
 
@@ -558,40 +586,10 @@ pub unsafe extern "C" fn muPointerSetAttribute(
         let st = d.state();
         match st.allocs.range(..=ptr).next_back() {
             Some((&va, &size)) if ptr - va < size => Ok(()),
+            _ if st.vmm.is_mapped(ptr) => Ok(()),
             _ => Err(MUSA_ERROR_INVALID_VALUE),
         }
     })
-}
-
-/// Shared body of `muGetErrorName` / `muGetErrorString`.
-///
-/// # Safety
-/// `out` is NULL or valid for a write of a pointer.
-unsafe fn error_text(code: MUresult, out: *mut *const c_char, name: bool) -> MuResult {
-    let text = describe(code).map(|(n, s)| if name { n } else { s });
-    // SAFETY: per this function's contract.
-    unsafe { store(out, text.unwrap_or(std::ptr::null())) }?;
-    text.map(drop).ok_or(MUSA_ERROR_INVALID_VALUE)
-}
-
-/// `*name` = the code's name (`"MUSA_ERROR_..."`, static); unknown code: NULL and INVALID_VALUE.
-///
-/// # Safety
-/// `name` is NULL or valid for a write of a pointer.
-#[no_mangle]
-pub unsafe extern "C" fn muGetErrorName(code: MUresult, name: *mut *const c_char) -> MUresult {
-    // SAFETY: per this function's contract.
-    ffi(|| unsafe { error_text(code, name, true) })
-}
-
-/// `*text` = the code's description (static); unknown code: NULL and INVALID_VALUE.
-///
-/// # Safety
-/// `text` is NULL or valid for a write of a pointer.
-#[no_mangle]
-pub unsafe extern "C" fn muGetErrorString(code: MUresult, text: *mut *const c_char) -> MUresult {
-    // SAFETY: per this function's contract.
-    ffi(|| unsafe { error_text(code, text, false) })
 }
 
 #[cfg(test)]

@@ -45,3 +45,49 @@ fn names_are_truncated_and_terminated() {
     // SAFETY: a zero length is rejected before any write.
     assert!(unsafe { store_str(buf.as_mut_ptr(), 0, "x") }.is_err());
 }
+
+#[test]
+fn vmm_calls_before_init_fail_with_not_initialized() {
+    let mut h = 0u64;
+    let mut va = 0u64;
+    let mut g = 0usize;
+    // SAFETY: valid out pointers; NULL prop is rejected after the init check.
+    unsafe {
+        assert_eq!(
+            vmm::muMemCreate(&mut h, 65536, std::ptr::null(), 0),
+            MUSA_ERROR_NOT_INITIALIZED
+        );
+        assert_eq!(
+            vmm::muMemAddressReserve(&mut va, 65536, 0, 0, 0),
+            MUSA_ERROR_NOT_INITIALIZED
+        );
+        assert_eq!(
+            vmm::muMemGetAllocationGranularity(&mut g, std::ptr::null(), 0),
+            MUSA_ERROR_NOT_INITIALIZED
+        );
+        assert_eq!(
+            vmm::muMemMap(va, 65536, 0, h, 0),
+            MUSA_ERROR_NOT_INITIALIZED
+        );
+    }
+}
+
+#[test]
+fn copies_are_cut_at_vmm_mapping_boundaries() {
+    let mut v = vmm::Vmm::default();
+    v.insert_mapping_for_test(0x10000, 0x10000);
+    v.insert_mapping_for_test(0x20000, 0x10000);
+    // Two mappings that follow each other: one piece each.
+    assert_eq!(
+        v.pieces(0x18000, 0x10000),
+        [(0x18000, 0x8000), (0x20000, 0x8000)]
+    );
+    // Outside any mapping: whole (the emulator says whether it is valid).
+    assert_eq!(v.pieces(0x5000, 0x100), [(0x5000, 0x100)]);
+    // Past the last mapping: the rest in one piece.
+    assert_eq!(
+        v.pieces(0x2f000, 0x2000),
+        [(0x2f000, 0x1000), (0x30000, 0x1000)]
+    );
+    assert!(v.is_mapped(0x1ffff) && v.is_mapped(0x20000) && !v.is_mapped(0x30000));
+}

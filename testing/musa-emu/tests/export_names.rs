@@ -53,6 +53,14 @@ fn every_function_used_resolves_by_the_v2_rule() {
         "muPointerSetAttribute",
         "muMemGetHandleForAddressRange",
         "muGetErrorName",
+        "muMemGetAllocationGranularity",
+        "muMemCreate",
+        "muMemRelease",
+        "muMemAddressReserve",
+        "muMemAddressFree",
+        "muMemMap",
+        "muMemUnmap",
+        "muMemSetAccess",
     ] {
         // SAFETY: the pointer is only compared with null, never called.
         let found: Option<*const ()> = unsafe { gdrapi::musa::function(&lib, function) };

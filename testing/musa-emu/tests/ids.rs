@@ -53,6 +53,29 @@ fn the_emulators_ids_are_libgdrapis() {
             expected::MU_POINTER_ATTRIBUTE_SYNC_MEMOPS,
         ),
     ];
+    let vmm = [
+        (
+            musa::vmm::MU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_MUSA_VMM_SUPPORTED,
+            expected::MU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_MUSA_VMM_SUPPORTED,
+        ),
+        (
+            musa::vmm::MU_MEM_ALLOCATION_TYPE_PINNED,
+            expected::MU_MEM_ALLOCATION_TYPE_PINNED,
+        ),
+        (
+            musa::vmm::MU_MEM_LOCATION_TYPE_DEVICE,
+            expected::MU_MEM_LOCATION_TYPE_DEVICE,
+        ),
+        (
+            musa::vmm::MU_MEM_ALLOC_GRANULARITY_MINIMUM,
+            expected::MU_MEM_ALLOC_GRANULARITY_MINIMUM,
+        ),
+        (
+            musa::vmm::MU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+            expected::MU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        ),
+    ];
+    let pairs: Vec<_> = pairs.iter().chain(&vmm).collect();
     for (i, (emulator, library)) in pairs.iter().enumerate() {
         assert_eq!(emulator, library, "pair {i}");
     }

@@ -38,6 +38,15 @@ expect_exit 1 mtgdrcopy_copybw -s 64K -w 10 -r 10 -M cache --json /tmp/old.json
 [ "$(cat /tmp/old.json)" = previous ] || { echo "MTGDRCOPY-FAIL a failed run replaced its --json file"; rc=1; }
 ls -a /tmp | grep -q '[.]tmp$' && { echo "MTGDRCOPY-FAIL a --json temporary file was left"; rc=1; }
 expect_exit 2 mtgdrcopy_copybw -o 6
+# VMM memory (issue 31): the three benchmarks with -a muMemCreate and upstream's spelling; a
+# device without GPUDirect RDMA for VMM memory is a missing feature (77), its cases skipped.
+expect_exit 0 mtgdrcopy_copybw -s 64K -w 10 -r 10 -a muMemCreate
+grep -q 'from muMemCreate' /tmp/tool.out || { echo "MTGDRCOPY-FAIL copybw -a muMemCreate did not use it"; rc=1; }
+expect_exit 0 mtgdrcopy_copylat -s 64K -w 100 -r 100 -a cuMemCreate
+expect_exit 0 mtgdrcopy_apiperf -s 128K -n 2 -w 1 -a muMemCreate
+expect_exit 77 env MTGPU_EMU_VMM_RDMA=off mtgdrcopy_copybw -s 64K -a cuMemCreate
+expect_exit 0 env MTGPU_EMU_VMM_RDMA=off mtgdrcopy_sanity -v -t basic_vmmalloc
+grep -Eq '(SKIPPED|WAIVED) basic_vmmalloc' /tmp/tool.out || { echo "MTGDRCOPY-FAIL basic_vmmalloc not skipped without the VMM attribute"; rc=1; }
 expect_exit 0 mtgdrcopy_sanity -t basic_mumemalloc -t fault_get_pages_enomem --format tap
 n=$(grep -c '^ok [12] - ' /tmp/tool.out)
 echo "MTGDRCOPY-TAP-OK $n"
