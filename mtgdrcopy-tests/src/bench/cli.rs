@@ -10,7 +10,7 @@ use gdrapi::MapRequest;
 pub struct Common {
     /// GPU device ordinal (0-based, as the MUSA driver numbers devices).
     #[arg(short = 'd', long = "device", value_name = "GPU", default_value_t = 0,
-          value_parser = clap::value_parser!(i32).range(0..))]
+          value_parser = parse_device)]
     pub device: i32,
 
     /// Function that allocates the device buffer: muMemAlloc, or muMemCreate (the VMM API:
@@ -87,17 +87,36 @@ impl MapType {
     }
 }
 
-/// A size in bytes: a number with an optional binary suffix K, M or G (also KiB/KB, MiB, …),
-/// case-insensitive: `65536`, `64K` and `64KiB` are the same.
+/// Splits a number written as upstream's tools read theirs (`strtol(arg, NULL, 0)`): `0x` or
+/// `0X` then hexadecimal digits, a leading `0` then octal digits, else decimal digits. Returns
+/// None when there are no digits, else the value (None when it overflows u64) and what follows
+/// the digits.
+fn c_number(t: &str) -> Option<(Option<u64>, &str)> {
+    let (radix, body) = match t.get(..2) {
+        Some("0x" | "0X") => (16, &t[2..]),
+        _ if t.len() > 1 && t.starts_with('0') => (8, &t[1..]),
+        _ => (10, t),
+    };
+    let end = body
+        .find(|c: char| !c.is_digit(radix))
+        .unwrap_or(body.len());
+    let (digits, rest) = body.split_at(end);
+    match (radix, digits) {
+        (8, "") => Some((Some(0), rest)),
+        (_, "") => None,
+        _ => Some((u64::from_str_radix(digits, radix).ok(), rest)),
+    }
+}
+
+/// A size in bytes: a number as upstream reads it (decimal, `0x` hexadecimal or `0` octal),
+/// optionally followed by a binary K, M or G suffix.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, suffix) = t.split_at(digits);
-    if num.is_empty() {
+    let Some((value, suffix)) = c_number(t) else {
         return Err(format!(
             "{s:?} is not a size: expected bytes, optionally with a K, M or G suffix (64K)"
         ));
-    }
+    };
     let shift = match suffix.to_ascii_lowercase().as_str() {
         "" | "b" => 0,
         "k" | "kb" | "kib" => 10,
@@ -109,19 +128,32 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
             ))
         }
     };
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is too large a size"))?;
+    let n = value.ok_or_else(|| format!("{s:?} is too large a size"))?;
     n.checked_mul(1u64 << shift)
         .ok_or_else(|| format!("{s:?} is too large a size"))
 }
 
+/// A whole number with nothing after it, read as upstream reads its numeric options.
+fn parse_c_number(s: &str) -> Option<u64> {
+    match c_number(s.trim()) {
+        Some((Some(n), "")) => Some(n),
+        _ => None,
+    }
+}
+
+/// A GPU ordinal (`-d`), read as upstream reads it: 0, 1, … (also `0x1`).
+pub fn parse_device(s: &str) -> Result<i32, String> {
+    parse_c_number(s)
+        .and_then(|n| i32::try_from(n).ok())
+        .ok_or_else(|| format!("{s:?} is not a GPU ordinal (0, 1, …)"))
+}
+
 /// An iteration count: at least 1.
 pub fn parse_iterations(s: &str) -> Result<u64, String> {
-    match s.trim().parse::<u64>() {
-        Ok(0) => Err("the iteration count must be at least 1".into()),
-        Ok(n) => Ok(n),
-        Err(_) => Err(format!("{s:?} is not an iteration count")),
+    match parse_c_number(s) {
+        Some(0) => Err("the iteration count must be at least 1".into()),
+        Some(n) => Ok(n),
+        None => Err(format!("{s:?} is not an iteration count")),
     }
 }
 
@@ -146,6 +178,26 @@ mod tests {
         assert!(parse_size("4T").is_err());
         assert!(parse_size("99999999999999999999").is_err());
         assert!(parse_size("17179869184G").is_err());
+    }
+
+    #[test]
+    fn numbers_are_read_as_upstreams_strtol_base_0() {
+        assert_eq!(parse_size("0x10000"), Ok(65536));
+        assert_eq!(parse_size("0X1B"), Ok(27));
+        assert_eq!(parse_size("0x40K"), Ok(65536));
+        assert_eq!(parse_size("010"), Ok(8));
+        assert_eq!(parse_size("00"), Ok(0));
+        assert!(parse_size("0x").is_err());
+        assert!(parse_size("09").is_err());
+        assert_eq!(parse_iterations("0x64"), Ok(100));
+        assert!(parse_iterations("0x0").is_err());
+        assert!(parse_iterations("10x").is_err());
+        assert_eq!(parse_device("0"), Ok(0));
+        assert_eq!(parse_device("0x1"), Ok(1));
+        assert_eq!(parse_device("012"), Ok(10));
+        assert!(parse_device("-1").is_err());
+        assert!(parse_device("2147483648").is_err());
+        assert!(parse_device("one").is_err());
     }
 
     #[test]

@@ -22,8 +22,9 @@ pub struct Args {
     /// JSON lines keep theirs).
     #[arg(short = 's', long = "no-summary")]
     pub no_summary: bool,
-    /// MUSA device ordinal.
-    #[arg(short = 'd', long, value_name = "N", default_value_t = 0)]
+    /// MUSA device ordinal (also `0x1`, as upstream reads it).
+    #[arg(short = 'd', long, value_name = "N", default_value_t = 0,
+          value_parser = crate::bench::cli::parse_device)]
     pub device: i32,
     /// Also run the extended cases.
     #[arg(short = 'e', long)]
