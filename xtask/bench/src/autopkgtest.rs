@@ -43,8 +43,17 @@ pub fn test_step(sh: &Shell) -> Result<()> {
     let debs = release_debs(sh)?;
     let dir = paths::build_dir().join("autopkgtest");
     let _lock = xtask_base::files::lock_file(&dir.join(".lock"), "running autopkgtest")?;
-    let source = source_tree(sh, &dir)?;
+    let source = source_tree(sh, &dir, &debs)?;
     let tests = test_names(&source.join("debian/tests/control"))?;
+    // The tests are POSIX sh scripts (autopkgtest runs them as executables).
+    let scripts: Vec<PathBuf> = tests
+        .iter()
+        .map(|t| paths::root().join("debian/tests").join(t))
+        .collect();
+    cmd!(sh, "shellcheck --shell=sh {scripts...}")
+        .quiet()
+        .run()
+        .context("ShellCheck on debian/tests")?;
     ensure!(
         tests.iter().any(|t| t == CONTAINER_TEST),
         "debian/tests/control has no {CONTAINER_TEST} test"
@@ -217,8 +226,10 @@ fn test_names(control: &Path) -> Result<Vec<String>> {
 }
 
 /// A tree holding only debian/ (what autopkgtest reads: control, changelog, tests), so that it
-/// does not copy the whole checkout into the testbed.
-fn source_tree(sh: &Shell, dir: &Path) -> Result<PathBuf> {
+/// does not copy the whole checkout into the testbed; marked built (debian/files lists the
+/// .debs, as dpkg-buildpackage leaves it), since an unbuilt tree makes autopkgtest install
+/// dpkg-dev in the testbed to run `dpkg-source --before-build` (minutes, for nothing here).
+fn source_tree(sh: &Shell, dir: &Path, debs: &[(Package, PathBuf)]) -> Result<PathBuf> {
     let tree = dir.join("source");
     if tree.exists() {
         fs::remove_dir_all(&tree).with_context(|| format!("removing {}", tree.display()))?;
@@ -226,6 +237,20 @@ fn source_tree(sh: &Shell, dir: &Path) -> Result<PathBuf> {
     fs::create_dir_all(&tree)?;
     let debian_dir = paths::root().join("debian");
     cmd!(sh, "cp -a {debian_dir} {tree}").quiet().run()?;
+    let mut files = String::new();
+    for (package, deb) in debs {
+        let name = deb
+            .file_name()
+            .and_then(|n| n.to_str())
+            .context("a .deb has no name")?;
+        let section = if *package == Package::Kmod {
+            "kernel"
+        } else {
+            "libs"
+        };
+        files.push_str(&format!("{name} {section} optional\n"));
+    }
+    fs::write(tree.join("debian/files"), files)?;
     Ok(tree)
 }
 
