@@ -6,6 +6,7 @@
 //! and xtask-pack.
 
 pub mod aptrepo;
+pub mod autopkgtest;
 pub mod bench;
 pub mod copycount;
 pub mod cpu;

@@ -52,7 +52,7 @@ mod install;
 mod installed;
 mod readme;
 mod repro;
-mod root;
+pub(crate) mod root;
 #[cfg(test)]
 mod scripts;
 pub mod source;

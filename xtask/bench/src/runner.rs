@@ -173,6 +173,10 @@ fn steps(args: &Args) -> Result<(Vec<Step<'static>>, Vec<Step<'static>>)> {
     // The .debs and lintian on them; with the VM, their install and upgrade tests, here in the
     // host lane: they use the .debs this lane has built, and the guest lane is the longer one.
     host.extend(crate::pkgtest::test_steps(!args.no_vm));
+    host.push((
+        crate::autopkgtest::STEP,
+        Box::new(crate::autopkgtest::test_step),
+    ));
 
     if !args.only.is_empty() {
         let wanted = |name: &str| {

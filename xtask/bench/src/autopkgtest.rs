@@ -1,0 +1,313 @@
+//! debian/tests under Debian's own runner: `autopkgtest --no-built-binaries <the .debs> <a
+//! tree with debian/> -- chroot <root>`, with the .debs deb-all left in build/. The testbeds
+//! are the package-test roots (pkgtest/root.rs), each under an overlay of its own in
+//! build/autopkgtest/<name>/ (kept for inspection, cleared by the next run):
+//!
+//! - `host`: bookworm with DKMS and the headers of the VM's kernel: every test but
+//!   container-layout. The chroot is not the running kernel's system, so dkms-build checks the
+//!   kernels whose headers are there, as the postinst builds for them.
+//! - `container`: the bare minbase (a container image's stand-in): container-layout, which needs
+//!   a testbed where DKMS is not installed beforehand.
+//!
+//! Why `chroot`: bookworm's autopkgtest has no testbed that both runs here (root, no KVM) and
+//! reverts between tests but `unshare`, which unpacks a tarball of the root for each test; the
+//! overlay over the cached layers is the same fresh root for the cost of a mount. Without revert,
+//! the tests of one testbed share it, hence the two testbeds.
+//!
+//! The result is autopkgtest's: its exit status (0 all passed, 2 some skipped, 4 some failed, 8
+//! none ran, 12 erroneous package, 16 testbed failure, ...) and its summary file, which must
+//! list every test of debian/tests/control that the testbed runs as PASS.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, ensure, Context, Result};
+use xshell::{cmd, Shell};
+
+use crate::pkgtest::root;
+use crate::step::timed;
+use xtask_base::{debian, host, paths, workspace::Workspace};
+use xtask_pack::stage::Package;
+use xtask_pack::versions;
+
+/// The test that needs a testbed of its own (without DKMS).
+const CONTAINER_TEST: &str = "container-layout";
+
+/// The step of `cargo xtask test`.
+pub const STEP: &str =
+    "packages: debian/tests under autopkgtest (bookworm roots: host with DKMS, container)";
+
+pub fn test_step(sh: &Shell) -> Result<()> {
+    host::ensure_host_packages(&["autopkgtest"])?;
+    let debs = release_debs(sh)?;
+    let dir = paths::build_dir().join("autopkgtest");
+    let _lock = xtask_base::files::lock_file(&dir.join(".lock"), "running autopkgtest")?;
+    let source = source_tree(sh, &dir, &debs)?;
+    let tests = test_names(&source.join("debian/tests/control"))?;
+    // The tests are POSIX sh scripts (autopkgtest runs them as executables).
+    let scripts: Vec<PathBuf> = tests
+        .iter()
+        .map(|t| paths::root().join("debian/tests").join(t))
+        .collect();
+    cmd!(sh, "shellcheck --shell=sh {scripts...}")
+        .quiet()
+        .run()
+        .context("ShellCheck on debian/tests")?;
+    ensure!(
+        tests.iter().any(|t| t == CONTAINER_TEST),
+        "debian/tests/control has no {CONTAINER_TEST} test"
+    );
+
+    let t = Instant::now();
+    let kernel = crate::kernel::bookworm_kernel()?;
+    let host_layers = root::dkms_layers(sh, &kernel)?;
+    let minbase = root::minbase(sh)?;
+    timed("cached root layers ready", t);
+
+    let t = Instant::now();
+    let on_host: Vec<String> = tests
+        .iter()
+        .filter(|t| *t != CONTAINER_TEST)
+        .cloned()
+        .collect();
+    let all: Vec<&Path> = debs.iter().map(|(_, p)| p.as_path()).collect();
+    let host_run = Testbed {
+        name: "host",
+        layers: host_layers,
+        debs: all,
+        tests: on_host,
+    };
+    let host_result = host_run.run(sh, &dir, &source);
+    timed("host root (DKMS, headers): autopkgtest", t);
+
+    let t = Instant::now();
+    let container_debs: Vec<&Path> = debs
+        .iter()
+        .filter(|(p, _)| matches!(p, Package::Lib | Package::Tests))
+        .map(|(_, p)| p.as_path())
+        .collect();
+    let container_run = Testbed {
+        name: "container",
+        layers: vec![minbase],
+        debs: container_debs,
+        tests: vec![CONTAINER_TEST.to_owned()],
+    };
+    let container_result = container_run.run(sh, &dir, &source);
+    timed("container root (minbase): autopkgtest", t);
+    host_result.and(container_result)
+}
+
+/// A testbed: a root of `layers`, the `debs` autopkgtest may install, the `tests` it runs.
+struct Testbed<'a> {
+    name: &'static str,
+    layers: Vec<PathBuf>,
+    debs: Vec<&'a Path>,
+    tests: Vec<String>,
+}
+
+impl Testbed<'_> {
+    /// Runs autopkgtest on a fresh overlay of the layers; Ok when every test passed.
+    fn run(&self, sh: &Shell, dir: &Path, source: &Path) -> Result<()> {
+        let base = dir.join(self.name);
+        if base.exists() {
+            fs::remove_dir_all(&base).with_context(|| format!("removing {}", base.display()))?;
+        }
+        let (upper, work, merged) = (base.join("upper"), base.join("work"), base.join("merged"));
+        for d in [&upper, &work, &merged] {
+            fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+        }
+        let out = base.join("out");
+        let summary = base.join("summary");
+        let lower = self
+            .layers
+            .iter()
+            .map(|l| l.display().to_string())
+            .collect::<Vec<_>>()
+            .join(":");
+        let mut args: Vec<String> = vec![
+            "autopkgtest".into(),
+            "--no-built-binaries".into(),
+            format!("--output-dir={}", out.display()),
+            format!("--summary-file={}", summary.display()),
+        ];
+        for test in &self.tests {
+            args.push(format!("--test-name={test}"));
+        }
+        args.extend(self.debs.iter().map(|d| d.display().to_string()));
+        args.push(format!("{}/", source.display()));
+        args.extend(["--".into(), "chroot".into(), merged.display().to_string()]);
+        // The mounts live in a private mount namespace: they end with the run, even a killed
+        // one. /proc in the root is DKMS's need; the rest of /dev is what debootstrap made.
+        let script = "set -e; lower=$1 upper=$2 work=$3 merged=$4; shift 4; \
+            mount -t overlay overlay -o lowerdir=$lower,upperdir=$upper,workdir=$work $merged; \
+            mount -t proc proc $merged/proc; \
+            rc=0; \"$@\" || rc=$?; exit $rc";
+        let output = cmd!(
+            sh,
+            "unshare --mount --propagation private --fork -- sh -c {script} sh {lower} {upper} {work} {merged} {args...}"
+        )
+        .quiet()
+        .ignore_status()
+        .output()
+        .context("running autopkgtest (unshare, util-linux)")?;
+        let log = base.join("autopkgtest.log");
+        fs::write(&log, [&output.stdout[..], &output.stderr[..]].concat())?;
+        let status = output.status.code();
+        let summary_text = fs::read_to_string(&summary).unwrap_or_default();
+        let verdicts = parse_summary(&summary_text);
+        for (test, verdict, rest) in &verdicts {
+            eprintln!("    {}: {test} {verdict} {rest}", self.name);
+        }
+        let missing: Vec<&String> = self
+            .tests
+            .iter()
+            .filter(|t| !verdicts.iter().any(|(n, v, _)| n == *t && v == "PASS"))
+            .collect();
+        if status == Some(0) && missing.is_empty() {
+            return Ok(());
+        }
+        let tail = |bytes: &[u8]| {
+            let text = String::from_utf8_lossy(bytes);
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(30)..].join("\n")
+        };
+        bail!(
+            "autopkgtest on the {} root exited {} ({}); not passed: {missing:?}\n{}\n\
+             (all output: {}; per test: {})",
+            self.name,
+            status.map_or("by a signal".into(), |c| c.to_string()),
+            meaning(status),
+            tail(&output.stderr),
+            log.display(),
+            out.display()
+        )
+    }
+}
+
+/// What autopkgtest's exit status means (autopkgtest(1), EXIT STATUS).
+fn meaning(status: Option<i32>) -> &'static str {
+    match status {
+        Some(0) => "all tests passed",
+        Some(2) => "some test was skipped",
+        Some(4) => "some test failed",
+        Some(6) => "some test failed and some was skipped",
+        Some(8) => "no test ran",
+        Some(12) | Some(14) => "erroneous package",
+        Some(16) => "testbed failure",
+        _ => "unexpected failure",
+    }
+}
+
+/// The summary file's lines, `<test> <PASS|FAIL|SKIP|FLAKY> [reason]`.
+fn parse_summary(text: &str) -> Vec<(String, String, String)> {
+    text.lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            let name = words.next()?.to_owned();
+            let verdict = words.next()?.to_owned();
+            Some((name, verdict, words.collect::<Vec<_>>().join(" ")))
+        })
+        .collect()
+}
+
+/// The names in debian/tests/control's `Tests:` fields (one paragraph may name several).
+fn test_names(control: &Path) -> Result<Vec<String>> {
+    let text =
+        fs::read_to_string(control).with_context(|| format!("reading {}", control.display()))?;
+    let names: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("Tests:"))
+        .flat_map(|v| v.split([',', ' ']).filter(|n| !n.is_empty()))
+        .map(String::from)
+        .collect();
+    ensure!(!names.is_empty(), "{} names no test", control.display());
+    Ok(names)
+}
+
+/// A tree holding only debian/ (what autopkgtest reads: control, changelog, tests), so that it
+/// does not copy the whole checkout into the testbed; marked built (debian/files lists the
+/// .debs, as dpkg-buildpackage leaves it), since an unbuilt tree makes autopkgtest install
+/// dpkg-dev in the testbed to run `dpkg-source --before-build` (minutes, for nothing here).
+fn source_tree(sh: &Shell, dir: &Path, debs: &[(Package, PathBuf)]) -> Result<PathBuf> {
+    let tree = dir.join("source");
+    if tree.exists() {
+        fs::remove_dir_all(&tree).with_context(|| format!("removing {}", tree.display()))?;
+    }
+    fs::create_dir_all(&tree)?;
+    let debian_dir = paths::root().join("debian");
+    cmd!(sh, "cp -a {debian_dir} {tree}").quiet().run()?;
+    let mut files = String::new();
+    for (package, deb) in debs {
+        let name = deb
+            .file_name()
+            .and_then(|n| n.to_str())
+            .context("a .deb has no name")?;
+        let section = if *package == Package::Kmod {
+            "kernel"
+        } else {
+            "libs"
+        };
+        files.push_str(&format!("{name} {section} optional\n"));
+    }
+    fs::write(tree.join("debian/files"), files)?;
+    Ok(tree)
+}
+
+/// The split packages' and the bundle's .debs of this release in build/, as deb-all and
+/// deb-bundle left them; built only when one is missing or of another version.
+fn release_debs(sh: &Shell) -> Result<Vec<(Package, PathBuf)>> {
+    let ws = Workspace::load()?;
+    let revision = debian::revision()?;
+    let mut found = Vec::new();
+    for package in Package::SPLIT {
+        let version = versions::package_version(&ws, package, &revision)?;
+        let prefix = format!("{}_{version}_", package.deb_name());
+        let deb = fs::read_dir(paths::build_dir())
+            .ok()
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".deb"))
+            });
+        match deb {
+            Some(deb) => found.push((package, deb)),
+            None => {
+                eprintln!("    no {prefix}*.deb in build/: building the .debs (deb-all)");
+                let built = xtask_pack::deb::build_everything(sh, &ws)?;
+                return Ok(built
+                    .into_iter()
+                    .filter(|b| b.package != Package::Bundle)
+                    .map(|b| (b.package, b.path))
+                    .collect());
+            }
+        }
+    }
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_gives_each_test_its_verdict() {
+        let v = parse_summary(
+            "doctor PASS\ndkms-build SKIP no kernel headers\nbroken FAIL non-zero exit status 1\n",
+        );
+        assert_eq!(v[0], ("doctor".into(), "PASS".into(), String::new()));
+        assert_eq!(v[1].1, "SKIP");
+        assert_eq!(
+            v[2],
+            (
+                "broken".into(),
+                "FAIL".into(),
+                "non-zero exit status 1".into()
+            )
+        );
+    }
+}
