@@ -18,7 +18,8 @@
 //!    runs the VM's kernel, mtgdrdrv-dkms alone with the real DKMS where builds fail
 //!    ([`dkms::dkms_failures`]): a newer kernel's failure is a warning, the running kernel's fails
 //!    configure until fixed, /etc/dkms/no-autoinstall builds nothing, a kernel
-//!    BUILD_EXCLUSIVE_KERNEL excludes is skipped.
+//!    BUILD_EXCLUSIVE_KERNEL excludes is skipped, one without headers is named
+//!    (scripts/dkms-failures.sh).
 //! 2. **Container.** A bare minbase root gets only libgdrapi and mtgdrcopy-tests: apt must not
 //!    pull in dkms or anything of the module.
 //! 3. **VM** (the host of both). The Debian kernel boots with the files the packages installed:
