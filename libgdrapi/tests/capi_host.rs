@@ -172,10 +172,7 @@ fn a_buffer_from_pin_to_close() {
         // A second map of the same handle.
         let mut again = null_mut();
         // SAFETY: open `g`, writable `again`.
-        assert_eq!(
-            unsafe { gdr_map(g, mh, &mut again, size) },
-            libc::EAGAIN
-        );
+        assert_eq!(unsafe { gdr_map(g, mh, &mut again, size) }, libc::EAGAIN);
 
         // Copies: the whole mapping, its last bytes, and past either end.
         let data = pattern(size, 5);
@@ -197,7 +194,11 @@ fn a_buffer_from_pin_to_close() {
         assert_eq!(small.as_slice(), tail.as_slice());
         // SAFETY: pointer arithmetic only.
         let below = unsafe { va.sub(1) };
-        assert_eq!(to_device(mh, below, &tail[..1]), EINVAL, "below the mapping");
+        assert_eq!(
+            to_device(mh, below, &tail[..1]),
+            EINVAL,
+            "below the mapping"
+        );
         assert_eq!(to_device(mh, va, &[]), 0, "size 0 copies nothing");
         // SAFETY: NULL host pointers are refused before anything is read or written.
         unsafe {
@@ -236,6 +237,20 @@ fn a_buffer_from_pin_to_close() {
     });
 }
 
+/// gdrapi.h's GPU page constants, as upstream defines them.
+#[test]
+fn gpu_page_constants() {
+    assert_eq!(GPU_PAGE_SHIFT, 16);
+    assert_eq!(GPU_PAGE_SIZE, 1 << 16);
+    assert_eq!(GPU_PAGE_OFFSET, 0xffff);
+    assert_eq!(GPU_PAGE_MASK, !0xffff);
+    assert_eq!(
+        GDR_API_VERSION,
+        GDR_API_MAJOR_VERSION << 16 | GDR_API_MINOR_VERSION
+    );
+    assert_eq!(MINIMUM_GDRDRV_VERSION, 1, "driver 0.1");
+}
+
 /// The outputs of the calls that only report: versions, attributes, names, and NULLs refused.
 #[test]
 fn versions_attributes_and_null_arguments() {
@@ -245,7 +260,10 @@ fn versions_attributes_and_null_arguments() {
         // SAFETY: writable outputs; `g` open.
         unsafe {
             gdr_runtime_get_version(&mut major, &mut minor);
-            assert_eq!((major, minor), (GDR_API_MAJOR_VERSION, GDR_API_MINOR_VERSION));
+            assert_eq!(
+                (major, minor),
+                (GDR_API_MAJOR_VERSION, GDR_API_MINOR_VERSION)
+            );
             gdr_runtime_get_version(null_mut(), null_mut());
             assert_eq!(gdr_driver_get_version(g, &mut major, &mut minor), 0);
             assert_eq!((major, minor), (0, 1), "the double's MTGDRDRV_VERSION");
@@ -298,7 +316,11 @@ fn versions_attributes_and_null_arguments() {
             assert_eq!(out.h, 0);
             assert_eq!(gdr_close(null_mut()), EINVAL);
             let mut va = null_mut();
-            assert_eq!(gdr_map_v2(g, mh, &mut va, 4096, 9), EINVAL, "unknown request");
+            assert_eq!(
+                gdr_map_v2(g, mh, &mut va, 4096, 9),
+                EINVAL,
+                "unknown request"
+            );
         }
         // The legacy pin's handle is as good as a v2 one.
         let mut legacy = gdr_mh_t { h: 0 };
@@ -351,6 +373,8 @@ fn handles_across_segments_reuse_and_staleness() {
         keys.sort_unstable();
         keys.dedup();
         assert_eq!(keys.len(), all.len(), "a handle handed out twice");
+        // Each names its own buffer still (no slot shared by two live handles).
+        assert!(all.iter().all(|&m| info(g, m).is_ok()));
         // The first handle's slot and the last's (in the second segment).
         let (first, last) = (all[0], all[all.len() - 1]);
         let (va_first, va_last) = (map(g, first, 4096), map(g, last, 4096));
@@ -358,8 +382,16 @@ fn handles_across_segments_reuse_and_staleness() {
         let b = pattern(32, 4);
         assert_eq!(to_device(first, va_first, &a), 0);
         assert_eq!(to_device(last, va_last, &b), 0);
-        assert_eq!(to_device(first, va_last, &a), EINVAL, "another handle's mapping");
-        assert_eq!(to_device(last, va_first, &b), EINVAL, "another handle's mapping");
+        assert_eq!(
+            to_device(first, va_last, &a),
+            EINVAL,
+            "another handle's mapping"
+        );
+        assert_eq!(
+            to_device(last, va_first, &b),
+            EINVAL,
+            "another handle's mapping"
+        );
         let mut back = [0u8; 32];
         assert_eq!(from_device(last, &mut back, va_last), 0);
         assert_eq!(back.as_slice(), b.as_slice());
@@ -389,7 +421,11 @@ fn handles_across_segments_reuse_and_staleness() {
         assert_eq!(to_device(last, va_first, &a), EINVAL);
         let next = pin(g, GPU_PAGE, page);
         assert_eq!(next.h & 0xffff_ffff, last.h & 0xffff_ffff);
-        assert_eq!(to_device(first, va_first, &a), 0, "the others are untouched");
+        assert_eq!(
+            to_device(first, va_first, &a),
+            0,
+            "the others are untouched"
+        );
         // SAFETY: both from gdr_open.
         unsafe {
             assert_eq!(gdr_close(g), 0);
@@ -399,9 +435,13 @@ fn handles_across_segments_reuse_and_staleness() {
         // After close every slot is free again: a new gdr_t reuses them.
         let g = open();
         let again = pin(g, GPU_PAGE, page);
-        assert!(keys.binary_search(&again.h).is_err(), "an old handle came back");
         assert!(
-            keys.iter().any(|k| k & 0xffff_ffff == again.h & 0xffff_ffff),
+            keys.binary_search(&again.h).is_err(),
+            "an old handle came back"
+        );
+        assert!(
+            keys.iter()
+                .any(|k| k & 0xffff_ffff == again.h & 0xffff_ffff),
             "a closed gdr_t's slots are not reused"
         );
         // SAFETY: from gdr_open.
@@ -436,7 +476,11 @@ fn after_fork() {
         unsafe { libc::waitpid(pid, &mut status, 0) };
         assert_eq!(status, 0, "the forked child's checks failed");
         let other = pattern(8, 8);
-        assert_eq!(to_device(mh, va, &other), 0, "the parent's mapping survives");
+        assert_eq!(
+            to_device(mh, va, &other),
+            0,
+            "the parent's mapping survives"
+        );
         let mut back = [0u8; 8];
         assert_eq!(from_device(mh, &mut back, va), 0);
         assert_eq!(back.as_slice(), other.as_slice());

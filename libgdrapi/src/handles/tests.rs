@@ -3,6 +3,31 @@ use super::*;
 
 mod protocol;
 
+/// How long a forked test child may run before SIGALRM ends it (and fails its test).
+pub(super) const CHILD_LIMIT_S: u32 = 20;
+
+/// Runs `body` on a thread of its own and fails the test if it has not finished within 20 s:
+/// a test that waits for copies to start or end must fail, not hang, when a check is broken.
+pub(super) fn within_limit(body: impl FnOnce() + Send + 'static) {
+    let (done, finished) = std::sync::mpsc::channel();
+    let runner = std::thread::spawn(move || {
+        body();
+        let _ = done.send(());
+    });
+    match finished.recv_timeout(std::time::Duration::from_secs(u64::from(CHILD_LIMIT_S))) {
+        Ok(()) => runner.join().expect("test body"),
+        // The body panicked: report its panic.
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            if let Err(panic) = runner.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("still running after {CHILD_LIMIT_S} s")
+        }
+    }
+}
+
 /// Retires, waits for copies in flight and frees: what an unpin does.
 fn release(h: u64) {
     retire(h);
@@ -50,12 +75,19 @@ fn handles_are_never_zero_and_stale_ones_are_refused() {
     release(b);
     assert!(!is_live(0));
     assert!(!is_live(u64::MAX));
+    // An index just past the table (a forged handle) names no slot.
+    assert!(!is_live(1 << 32 | (MAX_LIVE_HANDLES as u64 + 2)));
+    assert!(slot(MAX_LIVE_HANDLES as u32 + 1).is_none());
 }
 
 /// Copies racing an unmap: none runs after `quiesce` returned, and each either ran or
 /// was refused.
 #[test]
 fn no_copy_runs_after_the_unmap_quiesced() {
+    within_limit(copies_racing_an_unmap);
+}
+
+fn copies_racing_an_unmap() {
     use std::sync::atomic::AtomicBool;
     init();
     for _ in 0..10 {
@@ -121,6 +153,8 @@ fn handle_zero_never_matches_the_last_slot() {
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork");
     if pid == 0 {
+        // SAFETY: alarm only arms a timer (see `in_child`).
+        unsafe { libc::alarm(CHILD_LIMIT_S) };
         let ok = std::panic::catch_unwind(|| {
             let all: Vec<u64> = std::iter::from_fn(allocate).collect();
             // Every segment exists now, the last one included.
@@ -157,6 +191,8 @@ fn a_forked_child_sees_no_mapping() {
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork");
     if pid == 0 {
+        // SAFETY: alarm only arms a timer (see `in_child`).
+        unsafe { libc::alarm(CHILD_LIMIT_S) };
         let ok = !mapping_contains(h, 0x20_0000, 1)
             && !with_mapping(h, 0x20_0000, 1, || ())
             && fork_generation() == before + 1;
@@ -179,6 +215,9 @@ pub(super) fn in_child(body: impl FnOnce() -> bool) {
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork");
     if pid == 0 {
+        // A broken check must fail the test, not hang it: SIGALRM ends a child that spins.
+        // SAFETY: alarm only arms a timer.
+        unsafe { libc::alarm(CHILD_LIMIT_S) };
         let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(false);
         // SAFETY: leaving the forked child at once.
         unsafe { libc::_exit(if ok { 0 } else { 1 }) };

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::super::hazard::{all_hazards, owned_hazard, FENCED};
 use super::super::*;
-use super::{in_child, release, with_mapping};
+use super::{in_child, release, with_mapping, within_limit};
 
 fn index_of(handle: u64) -> u64 {
     handle & 0xffff_ffff
@@ -95,6 +95,10 @@ fn a_copy_in_a_signal_handler_keeps_the_outer_copy_announced() {
 /// unmap of another handle does not wait for them.
 #[test]
 fn a_thousand_copying_threads_do_not_hold_up_an_unmap_of_another_handle() {
+    within_limit(a_thousand_copying_threads);
+}
+
+fn a_thousand_copying_threads() {
     const THREADS: usize = 1000;
     init();
     let busy = allocate().expect("slot");
