@@ -131,6 +131,12 @@ fn from_device(mh: gdr_mh_t, dst: &mut [u8], src: *const u8) -> c_int {
     unsafe { gdr_copy_from_mapping(mh, dst.as_mut_ptr().cast(), src.cast(), dst.len()) }
 }
 
+/// Whether the page at `va` is mapped in this process (msync fails with ENOMEM if not).
+fn is_mapped(va: usize) -> bool {
+    // SAFETY: msync only looks the range up; MS_ASYNC writes nothing back for anonymous memory.
+    unsafe { libc::msync(va as *mut c_void, 4096, libc::MS_ASYNC) == 0 }
+}
+
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
@@ -217,6 +223,7 @@ fn a_buffer_from_pin_to_close() {
             assert_eq!(gdr_unmap(g, mh, va.add(1).cast(), size), EINVAL);
             assert_eq!(gdr_unmap(g, mh, va.cast(), size + 4096), EINVAL);
             assert_eq!(gdr_unmap(g, mh, va.cast(), size - 1), 0);
+            assert!(!is_mapped(va as usize), "gdr_unmap left the memory mapped");
             assert_eq!(gdr_unmap(g, mh, va.cast(), size), EINVAL, "twice");
         }
         assert_eq!(to_device(mh, va, &tail), EINVAL, "after the unmap");
@@ -432,18 +439,21 @@ fn handles_across_segments_reuse_and_staleness() {
             assert_eq!(gdr_close(other), 0);
         }
         assert_eq!(to_device(first, va_first, &a), EINVAL, "after close");
-        // After close every slot is free again: a new gdr_t reuses them.
+        assert!(!is_mapped(va_first as usize), "gdr_close left a mapping");
+        // After close every slot is free again, mapped or not: a new gdr_t reuses them all.
         let g = open();
-        let again = pin(g, GPU_PAGE, page);
-        assert!(
-            keys.binary_search(&again.h).is_err(),
-            "an old handle came back"
-        );
-        assert!(
-            keys.iter()
-                .any(|k| k & 0xffff_ffff == again.h & 0xffff_ffff),
-            "a closed gdr_t's slots are not reused"
-        );
+        let highest = keys.iter().map(|k| k & 0xffff_ffff).max().unwrap_or(0);
+        for _ in 0..keys.len() {
+            let again = pin(g, GPU_PAGE, page);
+            assert!(
+                keys.binary_search(&again.h).is_err(),
+                "an old handle came back"
+            );
+            assert!(
+                again.h & 0xffff_ffff <= highest,
+                "a closed gdr_t's slot was not reused"
+            );
+        }
         // SAFETY: from gdr_open.
         assert_eq!(unsafe { gdr_close(g) }, 0);
     });
@@ -497,6 +507,9 @@ fn an_unmap_after_membarrier_broke() {
         let g = open();
         let mh = pin(g, GPU_PAGE, GPU_PAGE as usize);
         let va = map(g, mh, 4096) as usize;
+        // Left mapped for gdr_close, which must keep it too.
+        let left = pin(g, GPU_PAGE, GPU_PAGE as usize);
+        let va_left = map(g, left, 4096) as usize;
         let (go, wait) = std::sync::mpsc::channel::<()>();
         let (copied, done) = std::sync::mpsc::channel::<bool>();
         let copier = std::thread::spawn(move || {
@@ -504,7 +517,7 @@ fn an_unmap_after_membarrier_broke() {
             // Two copies: the first takes the thread's hazard, the second runs on the fast path.
             let ok = (0..2).all(|_| to_device(mh, va as *mut u8, &data) == 0);
             let _ = copied.send(ok);
-            // Stays alive (its hazard on the fast path) until the unmap is done.
+            // Stays alive (its hazard on the fast path) until gdr_close is done.
             let _ = wait.recv();
         });
         assert_eq!(done.recv(), Ok(true), "the copier's copies");
@@ -522,13 +535,34 @@ fn an_unmap_after_membarrier_broke() {
         // The kept memory is still mapped: reading it does not fault.
         // SAFETY: kept mapped by the library (leaked on purpose).
         assert_eq!(unsafe { std::ptr::read_volatile(va as *const u8) }, 1);
-        let _ = go.send(());
-        copier.join().expect("copier");
         // SAFETY: open `g`.
         assert_eq!(unsafe { gdr_unpin_buffer(g, mh) }, 0);
+        assert!(is_mapped(va), "the kept mapping went at the unpin");
         // The kept slot is never reused.
         let next = pin(g, GPU_PAGE, GPU_PAGE as usize);
         assert_ne!(next.h & 0xffff_ffff, mh.h & 0xffff_ffff);
+        // SAFETY: from gdr_open; `left` is still mapped.
+        assert_eq!(unsafe { gdr_close(g) }, 0);
+        assert!(
+            is_mapped(va_left),
+            "gdr_close unmapped what it could not quiesce"
+        );
+        let _ = go.send(());
+        copier.join().expect("copier");
+        // Neither kept slot comes back; the unmapped one (`next`) does.
+        let g = open();
+        let kept = [mh.h & 0xffff_ffff, left.h & 0xffff_ffff];
+        let again: Vec<u64> = (0..4)
+            .map(|_| pin(g, GPU_PAGE, 4096).h & 0xffff_ffff)
+            .collect();
+        assert!(
+            again.iter().all(|i| !kept.contains(i)),
+            "a kept slot reused"
+        );
+        assert!(
+            again.contains(&(next.h & 0xffff_ffff)),
+            "a freed slot not reused"
+        );
         // SAFETY: from gdr_open.
         assert_eq!(unsafe { gdr_close(g) }, 0);
     });
