@@ -298,3 +298,34 @@ fn after_the_first_copy_the_copy_path_finds_the_hazard() {
     });
     release(h);
 }
+
+/// A copy counted in its handle's slot (one without a hazard: a copy from a thread's TLS
+/// destructor, or with every hazard taken) holds up the unmap of that handle until it ends.
+#[test]
+fn an_unmap_waits_for_a_copy_counted_in_the_slot() {
+    within_limit(|| {
+        use std::sync::atomic::AtomicBool;
+        init();
+        let h = allocate().expect("slot");
+        set_mapped(h, 0x70_0000, 0x1000);
+        let slot = copy_slot(h);
+        // What `hazard::counted` does for such a copy.
+        slot.slow_copies.fetch_add(1, Ordering::SeqCst);
+        let done = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                set_unmapped(h);
+                quiesce(&[h]).expect("no membarrier failure in this test");
+                done.store(true, Ordering::SeqCst);
+            });
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            assert!(
+                !done.load(Ordering::SeqCst),
+                "the unmap did not wait for the counted copy"
+            );
+            slot.slow_copies.fetch_sub(1, Ordering::SeqCst);
+        });
+        assert!(done.load(Ordering::SeqCst));
+        release(h);
+    });
+}
