@@ -1,3 +1,5 @@
+use std::io::Write;
+
 use super::hazard::{all_hazards, FENCED};
 use super::*;
 
@@ -6,15 +8,16 @@ mod protocol;
 /// How long a forked test child may run before SIGALRM ends it (and fails its test).
 pub(super) const CHILD_LIMIT_S: u32 = 20;
 
-/// Runs `body` on a thread of its own and fails the test if it has not finished within 20 s:
-/// a test that waits for copies to start or end must fail, not hang, when a check is broken.
-pub(super) fn within_limit(body: impl FnOnce() + Send + 'static) {
+/// Runs `body` on a thread of its own and fails if it has not finished within `seconds`: a test
+/// that waits for copies to start or end must fail, not hang, when a check is broken. A body
+/// still running cannot be stopped (its threads spin on), so the whole test binary is aborted.
+pub(super) fn within_limit(seconds: u64, body: impl FnOnce() + Send + 'static) {
     let (done, finished) = std::sync::mpsc::channel();
     let runner = std::thread::spawn(move || {
         body();
         let _ = done.send(());
     });
-    match finished.recv_timeout(std::time::Duration::from_secs(u64::from(CHILD_LIMIT_S))) {
+    match finished.recv_timeout(std::time::Duration::from_secs(seconds)) {
         Ok(()) => runner.join().expect("test body"),
         // The body panicked: report its panic.
         Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
@@ -23,7 +26,12 @@ pub(super) fn within_limit(body: impl FnOnce() + Send + 'static) {
             }
         }
         Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-            panic!("still running after {CHILD_LIMIT_S} s")
+            // Not eprintln!, which the test harness captures and the abort would lose.
+            let _ = writeln!(
+                std::io::stderr(),
+                "a test is still running after {seconds} s: aborting the test binary"
+            );
+            std::process::abort();
         }
     }
 }
@@ -84,7 +92,7 @@ fn handles_are_never_zero_and_stale_ones_are_refused() {
 /// was refused.
 #[test]
 fn no_copy_runs_after_the_unmap_quiesced() {
-    within_limit(copies_racing_an_unmap);
+    within_limit(20, copies_racing_an_unmap);
 }
 
 fn copies_racing_an_unmap() {
@@ -303,7 +311,7 @@ fn after_the_first_copy_the_copy_path_finds_the_hazard() {
 /// destructor, or with every hazard taken) holds up the unmap of that handle until it ends.
 #[test]
 fn an_unmap_waits_for_a_copy_counted_in_the_slot() {
-    within_limit(|| {
+    within_limit(20, || {
         use std::sync::atomic::AtomicBool;
         init();
         let h = allocate().expect("slot");

@@ -95,7 +95,8 @@ fn a_copy_in_a_signal_handler_keeps_the_outer_copy_announced() {
 /// unmap of another handle does not wait for them.
 #[test]
 fn a_thousand_copying_threads_do_not_hold_up_an_unmap_of_another_handle() {
-    within_limit(a_thousand_copying_threads);
+    // Starting 1000 threads takes long on a loaded machine.
+    within_limit(60, a_thousand_copying_threads);
 }
 
 fn a_thousand_copying_threads() {
@@ -276,6 +277,10 @@ fn an_unmap_after_membarrier_broke_keeps_the_mapping() {
 /// child, which allocates and frees within a second.
 #[test]
 fn a_fork_while_threads_allocate_leaves_the_child_able_to() {
+    within_limit(60, forks_while_threads_allocate);
+}
+
+fn forks_while_threads_allocate() {
     init();
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
