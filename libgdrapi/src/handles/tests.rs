@@ -1,7 +1,40 @@
+use std::io::Write;
+
 use super::hazard::{all_hazards, FENCED};
 use super::*;
 
 mod protocol;
+
+/// How long a forked test child may run before SIGALRM ends it (and fails its test).
+pub(super) const CHILD_LIMIT_S: u32 = 20;
+
+/// Runs `body` on a thread of its own and fails if it has not finished within `seconds`: a test
+/// that waits for copies to start or end must fail, not hang, when a check is broken. A body
+/// still running cannot be stopped (its threads spin on), so the whole test binary is aborted.
+pub(super) fn within_limit(seconds: u64, body: impl FnOnce() + Send + 'static) {
+    let (done, finished) = std::sync::mpsc::channel();
+    let runner = std::thread::spawn(move || {
+        body();
+        let _ = done.send(());
+    });
+    match finished.recv_timeout(std::time::Duration::from_secs(seconds)) {
+        Ok(()) => runner.join().expect("test body"),
+        // The body panicked: report its panic.
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            if let Err(panic) = runner.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            // Not eprintln!, which the test harness captures and the abort would lose.
+            let _ = writeln!(
+                std::io::stderr(),
+                "a test is still running after {seconds} s: aborting the test binary"
+            );
+            std::process::abort();
+        }
+    }
+}
 
 /// Retires, waits for copies in flight and frees: what an unpin does.
 fn release(h: u64) {
@@ -50,12 +83,19 @@ fn handles_are_never_zero_and_stale_ones_are_refused() {
     release(b);
     assert!(!is_live(0));
     assert!(!is_live(u64::MAX));
+    // An index just past the table (a forged handle) names no slot.
+    assert!(!is_live(1 << 32 | (MAX_LIVE_HANDLES as u64 + 2)));
+    assert!(slot(MAX_LIVE_HANDLES as u32 + 1).is_none());
 }
 
 /// Copies racing an unmap: none runs after `quiesce` returned, and each either ran or
 /// was refused.
 #[test]
 fn no_copy_runs_after_the_unmap_quiesced() {
+    within_limit(20, copies_racing_an_unmap);
+}
+
+fn copies_racing_an_unmap() {
     use std::sync::atomic::AtomicBool;
     init();
     for _ in 0..10 {
@@ -121,6 +161,8 @@ fn handle_zero_never_matches_the_last_slot() {
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork");
     if pid == 0 {
+        // SAFETY: alarm only arms a timer (see `in_child`).
+        unsafe { libc::alarm(CHILD_LIMIT_S) };
         let ok = std::panic::catch_unwind(|| {
             let all: Vec<u64> = std::iter::from_fn(allocate).collect();
             // Every segment exists now, the last one included.
@@ -157,6 +199,8 @@ fn a_forked_child_sees_no_mapping() {
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork");
     if pid == 0 {
+        // SAFETY: alarm only arms a timer (see `in_child`).
+        unsafe { libc::alarm(CHILD_LIMIT_S) };
         let ok = !mapping_contains(h, 0x20_0000, 1)
             && !with_mapping(h, 0x20_0000, 1, || ())
             && fork_generation() == before + 1;
@@ -179,6 +223,9 @@ pub(super) fn in_child(body: impl FnOnce() -> bool) {
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork");
     if pid == 0 {
+        // A broken check must fail the test, not hang it: SIGALRM ends a child that spins.
+        // SAFETY: alarm only arms a timer.
+        unsafe { libc::alarm(CHILD_LIMIT_S) };
         let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(false);
         // SAFETY: leaving the forked child at once.
         unsafe { libc::_exit(if ok { 0 } else { 1 }) };
@@ -258,4 +305,35 @@ fn after_the_first_copy_the_copy_path_finds_the_hazard() {
         before && copied && installed && fast
     });
     release(h);
+}
+
+/// A copy counted in its handle's slot (one without a hazard: a copy from a thread's TLS
+/// destructor, or with every hazard taken) holds up the unmap of that handle until it ends.
+#[test]
+fn an_unmap_waits_for_a_copy_counted_in_the_slot() {
+    within_limit(20, || {
+        use std::sync::atomic::AtomicBool;
+        init();
+        let h = allocate().expect("slot");
+        set_mapped(h, 0x70_0000, 0x1000);
+        let slot = copy_slot(h);
+        // What `hazard::counted` does for such a copy.
+        slot.slow_copies.fetch_add(1, Ordering::SeqCst);
+        let done = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                set_unmapped(h);
+                quiesce(&[h]).expect("no membarrier failure in this test");
+                done.store(true, Ordering::SeqCst);
+            });
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            assert!(
+                !done.load(Ordering::SeqCst),
+                "the unmap did not wait for the counted copy"
+            );
+            slot.slow_copies.fetch_sub(1, Ordering::SeqCst);
+        });
+        assert!(done.load(Ordering::SeqCst));
+        release(h);
+    });
 }
