@@ -1,7 +1,9 @@
 //! `mtgdrcopy_sanity`: upstream GDRCopy's sanity suite, ported to Moore Threads GPUs, plus the
 //! cases for what differs here (page sizes, persistent pins, refused flags and mapping types,
 //! the version handshake, provider faults, managed memory), and the dma-buf backend's own
-//! cases (`dmabuf_*`, which force that backend themselves).
+//! cases (`dmabuf_*`, which force that backend themselves). The cases that drive the emulated
+//! provider (`dmabuf_*`, `fault_*`) are built only with the `emulator` feature: the test
+//! suite's tools have them, the packaged ones do not.
 //!
 //! The suite runs against whichever backend `gdr_open` picks: with mtgdrdrv loaded, the module
 //! (unless `GDRCOPY_USE_DMABUF_MMAP=1`), else the dma-buf backend. Cases about what only the

@@ -210,6 +210,35 @@ mod tests {
         Ok(())
     }
 
+    /// The tarball's manifests, from this tree's: the tools lose the emulator plumbing and keep
+    /// everything else; the workspace loses the test-only dependency.
+    #[test]
+    fn the_tarball_manifests_lose_the_test_only_features() -> Result<()> {
+        let dir = std::env::temp_dir().join(format!("xtask-shipped-{}", std::process::id()));
+        for file in paths::PRODUCTS
+            .iter()
+            .map(|p| format!("{p}/Cargo.toml"))
+            .chain(["Cargo.toml".to_owned()])
+        {
+            let to = dir.join(&file);
+            fs::create_dir_all(to.parent().context("no parent")?)?;
+            fs::copy(paths::root().join(&file), &to)?;
+        }
+        prune_test_features(&dir, TEST_TREES)?;
+        let tools = read(&dir.join("mtgdrcopy-tests/Cargo.toml"))?;
+        let workspace = fs::read_to_string(dir.join("Cargo.toml"))?;
+        fs::remove_dir_all(&dir)?;
+        assert!(tools["features"].get("emulator").is_none());
+        assert!(tools["features"].get("vm").is_none());
+        assert!(tools["dependencies"].get("mtgpu-emu-abi").is_none());
+        assert!(tools["dependencies"].get("libgdrapi").is_some());
+        assert!(tools.get("test").is_none(), "{tools}");
+        let check = tools["lints"]["rust"]["unexpected_cfgs"]["check-cfg"].to_string();
+        assert!(check.contains(r#"values("emulator", "vm")"#), "{check}");
+        assert!(!workspace.contains("mtgpu-emu-abi ="), "{workspace}");
+        Ok(())
+    }
+
     #[test]
     fn a_test_only_feature_goes_with_what_builds_on_it() -> Result<()> {
         let doc: DocumentMut = "[features]\nemulator = [\"dep:emu\"]\nvm = [\"emulator\"]\n\
