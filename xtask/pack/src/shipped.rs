@@ -131,6 +131,9 @@ fn prune_crate(manifest: &Path, gone: &BTreeSet<String>) -> Result<()> {
         for f in &features {
             table.remove(f);
         }
+        if table.is_empty() {
+            doc.remove("features");
+        }
     }
     for kind in ["bin", "test", "bench", "example"] {
         if let Some(targets) = doc.get_mut(kind).and_then(Item::as_array_of_tables_mut) {
@@ -151,10 +154,20 @@ fn prune_crate(manifest: &Path, gone: &BTreeSet<String>) -> Result<()> {
         .join(", ");
     let mut check = toml_edit::Array::new();
     check.push(format!("cfg(feature, values({values}))"));
-    doc["lints"]["rust"]["unexpected_cfgs"] = toml_edit::value(inline([
+    let mut rust = toml_edit::Table::new();
+    rust["unexpected_cfgs"] = toml_edit::value(inline([
         ("level", Value::from("warn")),
         ("check-cfg", Value::Array(check)),
     ]));
+    let mut lints = toml_edit::Table::new();
+    lints.set_implicit(true);
+    lints["rust"] = Item::Table(rust);
+    ensure!(
+        doc.get("lints").is_none(),
+        "{}: has [lints] already",
+        manifest.display()
+    );
+    doc["lints"] = Item::Table(lints);
     files::put_text(manifest, &doc.to_string(), 0o644)
 }
 
@@ -228,11 +241,16 @@ mod tests {
         let tools = read(&dir.join("mtgdrcopy-tests/Cargo.toml"))?;
         let workspace = fs::read_to_string(dir.join("Cargo.toml"))?;
         fs::remove_dir_all(&dir)?;
-        assert!(tools["features"].get("emulator").is_none());
-        assert!(tools["features"].get("vm").is_none());
+        assert!(tools.get("features").is_none(), "{tools}");
         assert!(tools["dependencies"].get("mtgpu-emu-abi").is_none());
         assert!(tools["dependencies"].get("libgdrapi").is_some());
         assert!(tools.get("test").is_none(), "{tools}");
+        assert!(
+            tools
+                .to_string()
+                .contains("\n[lints.rust]\nunexpected_cfgs = "),
+            "{tools}"
+        );
         let check = tools["lints"]["rust"]["unexpected_cfgs"]["check-cfg"].to_string();
         assert!(check.contains(r#"values("emulator", "vm")"#), "{check}");
         assert!(!workspace.contains("mtgpu-emu-abi ="), "{workspace}");
