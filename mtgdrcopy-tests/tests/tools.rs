@@ -270,6 +270,21 @@ fn test_only_options_and_cases_are_hidden() {
     assert_eq!(code, 0);
     assert!(!stdout.contains("emu-stats"), "{stdout}");
 
+    // The packages' build (no `emulator` feature) has neither the option nor the cases that
+    // drive the emulator: they would link the test-only mtgpu-emu-abi.
+    if !cfg!(feature = "emulator") {
+        let mut cmd = tool("mtgdrcopy_musainfo", None);
+        cmd.arg("--emu-stats");
+        let (code, _, stderr) = run(cmd);
+        assert_eq!(code, 2, "{stderr}");
+        assert!(stderr.contains("--emu-stats"), "{stderr}");
+        let mut cmd = tool("mtgdrcopy_sanity", None);
+        cmd.args(["-t", "fault_get_pages_enomem"]);
+        let (code, _, stderr) = run(cmd);
+        assert_eq!(code, 2, "{stderr}");
+        assert!(stderr.contains("unknown test"), "{stderr}");
+    }
+
     // Where there is no emulated provider, its cases are neither listed nor run.
     if Path::new("/dev/mtgpu_emu").exists() {
         return;

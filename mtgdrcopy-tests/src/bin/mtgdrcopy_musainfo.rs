@@ -21,6 +21,7 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: &Cli) -> Result<()> {
+    #[cfg(feature = "emulator")]
     if cli.emu_stats {
         return print_emu_stats();
     }
@@ -103,6 +104,8 @@ fn check(gpu: &dyn Gpu) -> Result<()> {
     Ok(())
 }
 
+/// The emulator's counters, for the test VM's leak check: the test suite's build only.
+#[cfg(feature = "emulator")]
 fn print_emu_stats() -> Result<()> {
     let emu = mtgpu_emu_abi::Emu::open()
         .map_err(|e| anyhow::anyhow!("opening {}: {e}", mtgpu_emu_abi::device_path()))?;

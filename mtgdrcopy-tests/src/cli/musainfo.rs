@@ -18,7 +18,8 @@ pub struct Cli {
     pub check: bool,
     /// Print the emulated provider's counters (`name: value` lines, from /dev/mtgpu_emu) and
     /// nothing else: the leak oracle of the test VM. Hidden: there is no emulator outside the
-    /// tests.
+    /// tests, and only the test suite's build (feature `emulator`) has the option.
+    #[cfg(feature = "emulator")]
     #[arg(long, hide = true)]
     pub emu_stats: bool,
     #[command(flatten)]

@@ -400,34 +400,40 @@ pub fn basic_host_page_granule_mumemalloc(ctx: &Ctx) -> Result<()> {
             );
         }
     }
-    if !emulated() {
-        skip!(
-            "every allocation the driver returned was 64 KiB aligned (no 4 KiB-page \
-             allocations on this device)"
-        );
+    #[cfg(feature = "emulator")]
+    if emulated() {
+        return emulator_host_page_granule(&gdr, SIZE);
     }
-    // The device backs allocations with larger pages in this run: ask the emulator for
-    // 4 KiB pages directly. Two allocations, so that one starts off a 64 KiB boundary.
+    skip!(
+        "every allocation the driver returned was 64 KiB aligned (no 4 KiB-page \
+         allocations on this device)"
+    );
+}
+
+/// The device backs allocations with larger pages in this run: ask the emulator for 4 KiB
+/// pages directly. Two allocations, so that one starts off a 64 KiB boundary.
+#[cfg(feature = "emulator")]
+fn emulator_host_page_granule(gdr: &Gdr, size: usize) -> Result<()> {
     let emu = emulator_or_skip("a 4 KiB-page allocation")?;
     let emu_err = |e: Errno| anyhow::anyhow!("emulator: {e}");
-    let first = emu.alloc(SIZE as u64, 4096, 4096, false).map_err(emu_err)?;
-    let second = emu.alloc(SIZE as u64, 4096, 4096, false).map_err(emu_err)?;
+    let first = emu.alloc(size as u64, 4096, 4096, false).map_err(emu_err)?;
+    let second = emu.alloc(size as u64, 4096, 4096, false).map_err(emu_err)?;
     let va = [first, second]
         .into_iter()
         .find(|va| va % GPU_PAGE as u64 != 0)
         .context("the emulator placed two 4 KiB-page allocations on 64 KiB boundaries")?;
     note!("emulator allocation {va:#x} (4 KiB pages)");
     let result = host_granule_pin(
-        &gdr,
+        gdr,
         va,
-        SIZE,
+        size,
         |off, len| {
             let mut v = vec![0u8; len];
             emu.read(va + off as u64, &mut v).map_err(emu_err)?;
             Ok(v)
         },
         |v| {
-            emu.memset(va, SIZE as u64, v).map_err(emu_err)?;
+            emu.memset(va, size as u64, v).map_err(emu_err)?;
             Ok(())
         },
     );

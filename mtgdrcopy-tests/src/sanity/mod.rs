@@ -1,7 +1,9 @@
 //! `mtgdrcopy_sanity`: upstream GDRCopy's sanity suite, ported to Moore Threads GPUs, plus the
 //! cases for what differs here (page sizes, persistent pins, refused flags and mapping types,
 //! the version handshake, provider faults, managed memory), and the dma-buf backend's own
-//! cases (`dmabuf_*`, which force that backend themselves).
+//! cases (`dmabuf_*`, which force that backend themselves). The cases that drive the emulated
+//! provider (`dmabuf_*`, `fault_*`) are built only with the `emulator` feature: the test
+//! suite's tools have them, the packaged ones do not.
 //!
 //! The suite runs against whichever backend `gdr_open` picks: with mtgdrdrv loaded, the module
 //! (unless `GDRCOPY_USE_DMABUF_MMAP=1`), else the dma-buf backend. Cases about what only the
@@ -30,7 +32,9 @@ use crate::gpu::{AllocFn, Gpu};
 mod attributes;
 mod basic;
 mod data_validation;
+#[cfg(feature = "emulator")]
 mod dmabuf;
+#[cfg(feature = "emulator")]
 mod faults;
 mod invalidation;
 mod leakage;
@@ -120,8 +124,8 @@ pub struct Case {
     /// Extended cases run only with `-e` or when named with `-t`.
     pub extended: bool,
     /// Cases that drive the emulated provider (fault injection, the emulated libmusa's dma-buf
-    /// modes): listed and run only where /dev/mtgpu_emu exists; named with `-t` elsewhere,
-    /// they are reported skipped.
+    /// modes), built only with the `emulator` feature: listed and run only where
+    /// /dev/mtgpu_emu exists; named with `-t` elsewhere, they are reported skipped.
     pub emulator_only: bool,
 }
 
@@ -210,18 +214,6 @@ pub fn cases() -> Vec<Case> {
         case!(data_validation::data_validation_mumemalloc),
         case!(data_validation::data_validation_v2_forcepci_mumemalloc),
         case!(data_validation::data_validation_v2_mumemalloc),
-        case!(emulated dmabuf::dmabuf_backend_differences),
-        case!(emulated dmabuf::dmabuf_close_ordering),
-        case!(emulated dmabuf::dmabuf_fd_closed_on_gdr_close),
-        case!(emulated dmabuf::dmabuf_fd_closed_on_unpin),
-        case!(emulated dmabuf::dmabuf_fork),
-        case!(emulated dmabuf::dmabuf_host_page_granule),
-        case!(emulated dmabuf::dmabuf_refused_mmap),
-        case!(emulated dmabuf::dmabuf_unsupported_device),
-        case!(emulated faults::fault_get_pages_bad_page_size),
-        case!(emulated faults::fault_get_pages_bad_version),
-        case!(emulated faults::fault_get_pages_einval),
-        case!(emulated faults::fault_get_pages_enomem),
         case!(invalidation::invalidation_access_after_free_mumemalloc),
         case!(invalidation::invalidation_access_after_gdr_close_mumemalloc),
         case!(invalidation::invalidation_access_after_unpin_mumemalloc),
@@ -237,8 +229,34 @@ pub fn cases() -> Vec<Case> {
         case!(extended leakage::leakage_pin_pages_fork_mumemalloc),
     ];
     all.extend(vmm_case_list());
+    all.extend(emulated_cases());
     all.sort_by_key(|c| (c.extended, c.name));
     all
+}
+
+/// The cases that drive the emulated provider: built only with the `emulator` feature (the
+/// test suite's tools), so the packaged sanity has none of them and links no test crate.
+#[cfg(feature = "emulator")]
+fn emulated_cases() -> Vec<Case> {
+    vec![
+        case!(emulated dmabuf::dmabuf_backend_differences),
+        case!(emulated dmabuf::dmabuf_close_ordering),
+        case!(emulated dmabuf::dmabuf_fd_closed_on_gdr_close),
+        case!(emulated dmabuf::dmabuf_fd_closed_on_unpin),
+        case!(emulated dmabuf::dmabuf_fork),
+        case!(emulated dmabuf::dmabuf_host_page_granule),
+        case!(emulated dmabuf::dmabuf_refused_mmap),
+        case!(emulated dmabuf::dmabuf_unsupported_device),
+        case!(emulated faults::fault_get_pages_bad_page_size),
+        case!(emulated faults::fault_get_pages_bad_version),
+        case!(emulated faults::fault_get_pages_einval),
+        case!(emulated faults::fault_get_pages_enomem),
+    ]
+}
+
+#[cfg(not(feature = "emulator"))]
+fn emulated_cases() -> Vec<Case> {
+    Vec::new()
 }
 
 /// Upstream cases left out on purpose, each with the reason: none since the `_vmmalloc` cases

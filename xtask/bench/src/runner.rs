@@ -259,6 +259,12 @@ fn clippy(sh: &Shell) -> Result<()> {
         "cargo clippy --quiet --workspace --all-targets -- -D warnings"
     )
     .run()?;
+    // The tools' emulator-only code, which the workspace build leaves out (the VM's build).
+    cmd!(
+        sh,
+        "cargo clippy --quiet -p mtgdrcopy-tests --features emulator --all-targets -- -D warnings"
+    )
+    .run()?;
     Ok(())
 }
 

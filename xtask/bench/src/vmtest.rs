@@ -277,13 +277,14 @@ fn build_test_binary(sh: &Shell) -> Result<PathBuf> {
     Ok(stripped)
 }
 
-/// The programs of the mtgdrcopy-tests package, libgdrapi.so.1 and the emulated libmusa.so.1,
-/// built in release mode and stripped, with their guest paths (programs in /usr/bin).
+/// The programs of the mtgdrcopy-tests package (with the emulator-only checks, feature
+/// `emulator`), libgdrapi.so.1 and the emulated libmusa.so.1, built in release mode and
+/// stripped, with their guest paths (programs in /usr/bin).
 fn tool_files(sh: &Shell) -> Result<Vec<(PathBuf, String)>> {
     cmd!(sh, "cargo build --quiet --release -p libgdrapi --lib").run()?;
     cmd!(
         sh,
-        "cargo build --quiet --release -p mtgdrcopy-tests -p mtgdrdrv-fuzz --bins"
+        "cargo build --quiet --release -p mtgdrcopy-tests -p mtgdrdrv-fuzz --bins --features mtgdrcopy-tests/emulator"
     )
     .run()?;
     let release = paths::release_dir();

@@ -7,8 +7,9 @@
 //! docs/, README.md, LICENSE, CHANGELOG.md, insmod.sh, a workspace manifest listing only those
 //! crates, its lock file pruned to them (no version changes: checked) and their dependencies
 //! vendored in `vendor/`, so that the build needs no network. What only the developers' tests
-//! use (xtask, the emulated provider and libmusa, the fuzzers, CI files) stays out: it needs a
-//! newer Rust than Debian's and crates no package links. Files are taken from the working tree, but only
+//! use (xtask, all of `testing/`, the tools' VM tests, CI files) stays out: it needs a newer
+//! Rust than Debian's and crates no package links; the tools' manifest loses the features that
+//! would need it (shipped.rs). Files are taken from the working tree, but only
 //! those git tracks; timestamps are the newest changelog entry's, owners root: the same tree
 //! gives the same bytes.
 //!
@@ -25,20 +26,19 @@ use xshell::{cmd, Shell};
 use xtask_base::workspace::Workspace;
 use xtask_base::{chroot, debian, files, paths};
 
-use crate::versions;
+use crate::{shipped, versions};
 
 /// Tracked paths (prefixes) left out of the orig tarball: developer tooling and test
-/// infrastructure, and debian/ (the .debian.tar.xz carries it).
+/// infrastructure (all of `testing/`, and the tools' VM tests, which need the `vm` feature the
+/// tarball's manifest no longer has), and debian/ (the .debian.tar.xz carries it).
 const LEFT_OUT: &[&str] = &[
     ".cargo/",
     ".ci/",
     ".github/",
     "debian/",
     "libgdrapi/fuzz/",
-    "testing/copy-harness/",
-    "testing/fuzz/",
-    "testing/mtgpu-emu/",
-    "testing/musa-emu/",
+    "mtgdrcopy-tests/tests/vm_module/",
+    "testing/",
     "xtask/",
 ];
 
@@ -92,11 +92,13 @@ pub fn build(sh: &Shell) -> Result<SourcePackage> {
         "debian/changelog is at {upstream}, the release (mtgdrcopy-meta) at {meta}: add a \
          changelog entry (dch -v {meta}-1)"
     );
+    shipped::check_no_test_crates(sh)?;
     let out = paths::build_dir().join("source");
     files::fresh_dir(&out)?;
     let top = format!("{name}-{upstream}");
     let dir = out.join(&top);
     copy_tracked(sh, &dir, ".", LEFT_OUT)?;
+    shipped::prune_test_features(&dir, LEFT_OUT)?;
     product_workspace(sh, &dir)?;
     vendor(sh, &dir)?;
 
@@ -280,6 +282,13 @@ mod tests {
         assert!(entries.contains("b 0.1.0 "));
         assert_eq!(entries.len(), 2);
         Ok(())
+    }
+
+    #[test]
+    fn the_test_trees_stay_out_of_the_tarball() {
+        for tree in shipped::TEST_TREES {
+            assert!(LEFT_OUT.contains(tree), "{tree} is not left out");
+        }
     }
 
     #[test]

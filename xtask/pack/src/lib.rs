@@ -9,5 +9,6 @@ pub mod dsc;
 pub mod identity;
 pub mod install;
 pub mod licences;
+pub mod shipped;
 pub mod stage;
 pub mod versions;

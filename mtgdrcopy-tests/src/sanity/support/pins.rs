@@ -1,9 +1,12 @@
-//! What is pinned system-wide: the module's counters (`/proc/driver/mtgdrdrv/counters`) and the
-//! emulator's, taken together as a snapshot to compare with after a case.
+//! What is pinned system-wide: the module's counters (`/proc/driver/mtgdrdrv/counters`) and,
+//! in the test suite's tools (feature `emulator`), the emulator's, taken together as a snapshot
+//! to compare with after a case.
 
 use anyhow::{ensure, Context, Result};
 
+#[cfg(feature = "emulator")]
 use super::emulated;
+#[cfg(feature = "emulator")]
 use mtgpu_emu_abi::Emu;
 
 pub use mtgdrdrv::procfs::COUNTERS_PATH;
@@ -37,10 +40,12 @@ impl Counters {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PinSnapshot {
     module: Option<Counters>,
+    #[cfg(feature = "emulator")]
     emulator: Option<EmuPins>,
 }
 
 /// The emulator's counters of what holds its memory.
+#[cfg(feature = "emulator")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EmuPins {
     pub page_tables: u64,
@@ -48,6 +53,7 @@ pub struct EmuPins {
     pub dmabuf_mappings: u64,
 }
 
+#[cfg(feature = "emulator")]
 impl EmuPins {
     pub fn read(emu: &Emu) -> Result<EmuPins> {
         let stats = emu
@@ -63,6 +69,7 @@ impl EmuPins {
 
 impl PinSnapshot {
     pub fn take() -> Result<PinSnapshot> {
+        #[cfg(feature = "emulator")]
         let emulator = if emulated() {
             let emu = Emu::open().map_err(|e| anyhow::anyhow!("opening the emulator: {e}"))?;
             Some(EmuPins::read(&emu)?)
@@ -74,7 +81,11 @@ impl PinSnapshot {
         } else {
             None
         };
-        Ok(PinSnapshot { module, emulator })
+        Ok(PinSnapshot {
+            module,
+            #[cfg(feature = "emulator")]
+            emulator,
+        })
     }
 
     /// Fails unless nothing more (or less) is pinned or mapped than in `self`.
