@@ -15,6 +15,7 @@ pub mod elf;
 pub mod fuzz;
 pub mod glibcfloor;
 pub mod hostbench;
+pub mod kbuild;
 pub mod kernel;
 pub mod library;
 pub mod manpages;

@@ -5,7 +5,6 @@ use std::path::Path;
 
 use anyhow::{ensure, Result};
 
-use super::marked;
 use crate::vm;
 
 /// The `expect_exit` lines of [`SCRIPT`]: each tool ended with the status it should, and all
@@ -136,4 +135,11 @@ fn check_sanity_summaries(console: &str, log: &Path) -> Result<()> {
         log.display()
     );
     Ok(())
+}
+
+/// The console lines the guest marked with `prefix` (e.g. `MTGDRCOPY-EXIT `), without it.
+pub fn marked<'a>(console: &'a str, prefix: &'a str) -> impl Iterator<Item = &'a str> {
+    console
+        .lines()
+        .filter_map(move |l| l.trim_end_matches('\r').strip_prefix(prefix))
 }
