@@ -1,11 +1,10 @@
 //! The test bench of `cargo xtask`: the QEMU VM and its tests, the Debian kernels they boot,
 //! the kernel matrix, the package tests (the source package's build, reproducibility, the
-//! maintainer scripts, install and upgrade), the apt repository, benchmarks and their plots,
+//! maintainer scripts, install and upgrade, from an apt repository), benchmarks and their plots,
 //! copy counts, libFuzzer, the arm64 and static-library checks, and the checks of the tree
 //! itself (the rust-versions its dependencies need, the CI workflows). It depends on xtask-base
 //! and xtask-pack.
 
-pub mod aptrepo;
 pub mod bench;
 pub mod copycount;
 pub mod cpu;
@@ -30,6 +29,9 @@ pub mod upstreamcli;
 pub mod vm;
 pub mod vmtest;
 pub mod workflows;
+
+// The release's apt repository tool, in the packaging layer; the package tests install from it.
+use xtask_pack::aptrepo;
 
 /// The bench's subcommands of `cargo xtask` (flattened into its command line).
 #[derive(clap::Subcommand)]
@@ -57,8 +59,6 @@ pub enum Command {
     CheckStaticlib(staticlib::Args),
     /// Check .github/workflows with actionlint and ShellCheck (a step of `test`).
     LintWorkflows,
-    /// Turn build/*.deb into an apt repository (build/apt), optionally signed.
-    AptRepo(aptrepo::Args),
 }
 
 impl Command {
@@ -72,7 +72,6 @@ impl Command {
             Command::CrossTest => crosstest::cli(),
             Command::TestPackages(args) => pkgtest::cli(args),
             Command::CheckStaticlib(args) => staticlib::cli(args),
-            Command::AptRepo(args) => aptrepo::cli(args),
             Command::LintWorkflows => {
                 let sh = xshell::Shell::new()?;
                 sh.change_dir(xtask_base::paths::root());
