@@ -69,30 +69,38 @@ pub(super) fn judge(outcome: &vm::VmOutcome, log: &Path) -> Result<()> {
     }
     outcome.ensure_passed("the in-VM tests", log)?;
     check_sanity_summaries(console, log)?;
-    let counters: Vec<&str> = console
+    check_counters(console, log)
+}
+
+/// The leak check: every counter that counts what is alive now, the module's
+/// ([`mtgdrdrv::procfs::LIVE_COUNTERS`]) and the emulator's ([`mtgpu_emu_abi::LIVE_STATS`],
+/// printed by `mtgdrcopy_musainfo --emu-stats` as `emu_<name>:`), was printed once after the
+/// tests and is 0. The names come from those two crates, so a counter renamed there or in what
+/// prints it fails this check instead of no longer being checked.
+fn check_counters(console: &str, log: &Path) -> Result<()> {
+    let printed: Vec<(&str, i64)> = console
         .lines()
-        .filter_map(|l| Some(l[l.find("MTGDRCOPY-COUNTER ")? + 18..].trim()))
+        .filter_map(|l| Some(&l[l.find("MTGDRCOPY-COUNTER ")? + "MTGDRCOPY-COUNTER ".len()..]))
+        .flat_map(mtgdrdrv::procfs::parse_counters)
         .collect();
-    ensure!(
-        !counters.is_empty(),
-        "no counters were printed; full log: {}",
-        log.display()
-    );
-    for line in &counters {
-        let mut f = line.split_whitespace();
-        let (name, value) = (f.next().unwrap_or(""), f.next().unwrap_or(""));
-        let name = name.trim_end_matches(':');
-        let live = mtgdrdrv::procfs::LIVE_COUNTERS.contains(&name)
-            || matches!(
-                name,
-                "emu_pins_outstanding"
-                    | "emu_dmabufs_live"
-                    | "emu_dmabuf_mappings"
-                    | "emu_allocations"
-            );
+    let module = mtgdrdrv::procfs::LIVE_COUNTERS.map(String::from);
+    let emulator = mtgpu_emu_abi::LIVE_STATS.map(|name| format!("emu_{name}"));
+    for name in module.iter().chain(&emulator) {
+        let values: Vec<i64> = printed
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|&(_, v)| v)
+            .collect();
         ensure!(
-            !live || value == "0",
-            "leak after the tests: {line}; full log: {}",
+            values.len() == 1,
+            "counter {name} printed {} times after the tests, expected once; full log: {}",
+            values.len(),
+            log.display()
+        );
+        ensure!(
+            values[0] == 0,
+            "leak after the tests: {name} {}; full log: {}",
+            values[0],
             log.display()
         );
     }
@@ -142,4 +150,49 @@ pub fn marked<'a>(console: &'a str, prefix: &'a str) -> impl Iterator<Item = &'a
     console
         .lines()
         .filter_map(move |l| l.trim_end_matches('\r').strip_prefix(prefix))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The counter lines of a clean run: the module's, then the emulator's.
+    const CLEAN: &str = "MTGDRCOPY-COUNTER pins_outstanding 0\n\
+                         MTGDRCOPY-COUNTER bytes_pinned 0\n\
+                         MTGDRCOPY-COUNTER mappings 0\n\
+                         MTGDRCOPY-COUNTER get_pages_calls 812\n\
+                         MTGDRCOPY-COUNTER emu_allocations: 0\n\
+                         MTGDRCOPY-COUNTER emu_pins_outstanding: 0\n\
+                         MTGDRCOPY-COUNTER emu_get_pages_calls: 812\n\
+                         MTGDRCOPY-COUNTER emu_dmabufs_live: 0\n\
+                         MTGDRCOPY-COUNTER emu_dmabuf_mappings: 0\n";
+
+    fn counters(console: &str) -> Result<()> {
+        check_counters(console, Path::new("test.log"))
+    }
+
+    #[test]
+    fn released_counters_pass_the_leak_check() {
+        counters(CLEAN).unwrap();
+    }
+
+    #[test]
+    fn a_live_counter_above_zero_is_a_leak() {
+        let leak = CLEAN.replace("emu_dmabuf_mappings: 0", "emu_dmabuf_mappings: 1");
+        assert!(counters(&leak).is_err());
+        let leak = CLEAN.replace("mappings 0", "mappings 2");
+        assert!(counters(&leak).is_err());
+    }
+
+    /// A counter renamed on one side, or a line lost, must fail the check, never skip it.
+    #[test]
+    fn a_missing_live_counter_fails_the_leak_check() {
+        for line in CLEAN
+            .lines()
+            .filter(|l| l.ends_with(" 0") || l.ends_with(": 0"))
+        {
+            let without = CLEAN.replace(&format!("{line}\n"), "");
+            assert!(counters(&without).is_err(), "passed without {line:?}");
+        }
+    }
 }
