@@ -24,12 +24,11 @@ use crate::kernel::{self, Builder, Kernel};
 use crate::vm;
 pub use debug::STEP as DEBUG_KERNEL_STEP;
 use guest::module_vm;
-use guest::programs;
 pub use guest::tools_vm;
 use judge::{check_tool_statuses, judge};
 pub use judge::{marked, print_guest_steps};
 pub(crate) use script::load_only;
-use script::{ENVIRONMENT, SCRIPT};
+use script::{ENVIRONMENT, SANITY_FUNCTION, SCRIPT};
 // The package tests' guests build the modules through here; they are kbuild's.
 pub use crate::kbuild::build_modules;
 
@@ -104,6 +103,7 @@ pub(crate) fn run_module_tests_as(sh: &Shell, kernel: &Kernel, variant: &Variant
     spec.script = variant.head.clone()
         + &SCRIPT
             .replace("@DOCTOR_FUNCTION@\n", doctor::FUNCTION)
+            .replace("@SANITY_FUNCTION@\n", SANITY_FUNCTION)
             .replace("@ENVIRONMENT@", ENVIRONMENT)
             .replace("@DOCTOR_LOADED@\n", &doctor::loaded_states())
             .replace("@FUZZ_SEED@", &seed)
@@ -117,7 +117,7 @@ pub(crate) fn run_module_tests_as(sh: &Shell, kernel: &Kernel, variant: &Variant
     let outcome = vm::run(&spec, &log)?;
     timed("VM run", t);
     print_guest_steps(&outcome.console);
-    judge(&outcome, &log)?;
+    judge(&outcome, &spec.script, &log)?;
     check_tool_statuses(&outcome.console, expected_exits, &log)?;
     let states = [doctor::LOADED_STATES.as_slice(), &doctor::OTHER_STATES].concat();
     doctor::check(&outcome.console, &states, &log)?;

@@ -10,7 +10,8 @@ use xshell::{cmd, Shell};
 
 use xtask_base::paths;
 
-use super::{doctor, load_only};
+use super::doctor;
+use super::script::load_only;
 use crate::kbuild::build_modules;
 use crate::kernel::Kernel;
 use crate::step::timed;
