@@ -13,7 +13,7 @@ use clap::{Parser, Subcommand};
 use xtask_base::build;
 use xtask_bench::pkgtest;
 use xtask_pack::stage::Package;
-use xtask_pack::{deb, debhelper, dsc, install};
+use xtask_pack::{aptrepo, deb, debhelper, dsc, install};
 
 #[derive(Parser)]
 #[command(
@@ -73,6 +73,8 @@ enum Command {
     Bench(xtask_bench::Command),
     /// Check that this tree is releasable: versions, changelogs, headers, lintian, tests.
     ReleaseCheck(release::Args),
+    /// Turn build/*.deb into an apt repository (build/apt), optionally signed.
+    AptRepo(aptrepo::Args),
 }
 
 fn main() -> Result<()> {
@@ -95,6 +97,7 @@ fn main() -> Result<()> {
         Command::DistSource(_) => dsc::cli(),
         Command::DebBundle(args) | Command::Deb(args) => deb::cli(&[Package::Bundle], args),
         Command::ReleaseCheck(args) => release::cli(args),
+        Command::AptRepo(args) => aptrepo::cli(args),
         Command::Bench(command) => command.run(),
     }
 }

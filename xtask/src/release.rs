@@ -290,7 +290,7 @@ fn write_dist(
 /// The apt repository's keyring joins the release's files (and SHA256SUMS); the notes state its
 /// fingerprint.
 fn add_keyring(sh: &Shell, keyring: &std::path::Path, dist: &std::path::Path) -> Result<()> {
-    let fingerprint = xtask_bench::aptrepo::keyring_fingerprint(sh, keyring)?;
+    let fingerprint = xtask_pack::aptrepo::keyring_fingerprint(sh, keyring)?;
     let name = "mtgdrcopy-archive-keyring.gpg";
     fs::copy(keyring, dist.join(name))?;
     let _cwd = sh.push_dir(dist);
@@ -298,7 +298,7 @@ fn add_keyring(sh: &Shell, keyring: &std::path::Path, dist: &std::path::Path) ->
     let sums = fs::read_to_string(dist.join("SHA256SUMS"))?;
     fs::write(dist.join("SHA256SUMS"), format!("{sums}{sum}\n"))?;
     let notes = fs::read_to_string(dist.join("RELEASE-NOTES.md"))?;
-    let line = xtask_bench::aptrepo::release_notes_key_line(&fingerprint);
+    let line = xtask_pack::aptrepo::release_notes_key_line(&fingerprint);
     fs::write(dist.join("RELEASE-NOTES.md"), format!("{notes}\n{line}"))?;
     eprintln!("    {name}: fingerprint {fingerprint}, in RELEASE-NOTES.md");
     Ok(())
@@ -314,7 +314,7 @@ mod tests {
         let sh = Shell::new()?;
         let dir = paths::build_dir().join("test-release-keyring");
         files::fresh_dir(&dir)?;
-        let key = xtask_bench::aptrepo::TestKey::generate(&sh, &dir.join("gnupg"), "release")?;
+        let key = xtask_pack::aptrepo::TestKey::generate(&sh, &dir.join("gnupg"), "release")?;
         let keyring = dir.join("public.gpg");
         fs::write(&keyring, key.public_key(&sh)?)?;
         let dist = dir.join("dist");
@@ -322,7 +322,7 @@ mod tests {
         fs::write(dist.join("SHA256SUMS"), "0  a.deb\n")?;
         fs::write(dist.join("RELEASE-NOTES.md"), "# mtgdrcopy 1.0.0\n")?;
         add_keyring(&sh, &keyring, &dist)?;
-        let fingerprint = xtask_bench::aptrepo::keyring_fingerprint(&sh, &keyring)?;
+        let fingerprint = xtask_pack::aptrepo::keyring_fingerprint(&sh, &keyring)?;
         let notes = fs::read_to_string(dist.join("RELEASE-NOTES.md"))?;
         assert!(notes.contains(&format!("`{fingerprint}`")), "{notes}");
         let sums = fs::read_to_string(dist.join("SHA256SUMS"))?;

@@ -112,18 +112,7 @@ fn print_emu_stats() -> Result<()> {
     let s = emu
         .stats()
         .map_err(|e| anyhow::anyhow!("emulator stats: {e}"))?;
-    for (name, value) in [
-        ("allocations", s.allocations),
-        ("bytes_allocated", s.bytes_allocated),
-        ("pins_outstanding", s.pins_outstanding),
-        ("get_pages_calls", s.get_pages_calls),
-        ("put_pages_calls", s.put_pages_calls),
-        ("freed_while_pinned", s.freed_while_pinned),
-        ("dmabufs_live", s.dmabufs_live),
-        ("dmabuf_exports", s.dmabuf_exports),
-        ("dmabuf_mappings", s.dmabuf_mappings),
-        ("freed_while_exported", s.freed_while_exported),
-    ] {
+    for (name, value) in s.named() {
         println!("emu_{name}: {value}");
     }
     Ok(())

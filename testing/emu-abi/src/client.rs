@@ -36,6 +36,37 @@ nix::ioctl_readwrite_bad!(
 /// cbindgen:ignore
 pub const PAGE_SIZES: [u32; 3] = [MTGPU_EMU_PAGE_4K, MTGPU_EMU_PAGE_64K, MTGPU_EMU_PAGE_2M];
 
+/// The counters of [`Stats`] that count what exists now: all 0 once every allocation, pin,
+/// dma-buf and mapping is released, which the VM tests' leak check requires (by these names, as
+/// [`Stats::named`] gives them).
+///
+/// cbindgen:ignore
+pub const LIVE_STATS: [&str; 4] = [
+    "allocations",
+    "pins_outstanding",
+    "dmabufs_live",
+    "dmabuf_mappings",
+];
+
+impl Stats {
+    /// The counters by name (the field's), for whatever prints them: one list, so that the
+    /// printed names and [`LIVE_STATS`] cannot drift apart unnoticed.
+    pub fn named(&self) -> [(&'static str, u64); 10] {
+        [
+            ("allocations", self.allocations),
+            ("bytes_allocated", self.bytes_allocated),
+            ("pins_outstanding", self.pins_outstanding),
+            ("get_pages_calls", self.get_pages_calls),
+            ("put_pages_calls", self.put_pages_calls),
+            ("freed_while_pinned", self.freed_while_pinned),
+            ("dmabufs_live", self.dmabufs_live),
+            ("dmabuf_exports", self.dmabuf_exports),
+            ("dmabuf_mappings", self.dmabuf_mappings),
+            ("freed_while_exported", self.freed_while_exported),
+        ]
+    }
+}
+
 /// Path of the emulator's device node.
 pub fn device_path() -> String {
     format!("/dev/{MTGPU_EMU_DEVICE_NAME}")
@@ -254,5 +285,18 @@ impl Emu {
         // SAFETY: `s` is a live struct of the type the command copies out.
         unsafe { ioc_get_stats(self.fd(), &mut s) }?;
         Ok(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_live_counter_is_named() {
+        let names = Stats::default().named().map(|(name, _)| name);
+        for live in LIVE_STATS {
+            assert!(names.contains(&live), "{live} is not among {names:?}");
+        }
     }
 }

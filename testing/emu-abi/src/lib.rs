@@ -9,5 +9,5 @@ pub mod abi;
 mod client;
 
 pub use abi::*;
-pub use client::{device_path, Emu, FaultKind, Stats, PAGE_SIZES};
+pub use client::{device_path, Emu, FaultKind, Stats, LIVE_STATS, PAGE_SIZES};
 pub use nix::errno::Errno;

@@ -1,11 +1,10 @@
 //! The test bench of `cargo xtask`: the QEMU VM and its tests, the Debian kernels they boot,
 //! the kernel matrix, the package tests (the source package's build, reproducibility, the
-//! maintainer scripts, install and upgrade), the apt repository, benchmarks and their plots,
+//! maintainer scripts, install and upgrade, from an apt repository), benchmarks and their plots,
 //! copy counts, libFuzzer, the arm64 and static-library checks, and the checks of the tree
 //! itself (the rust-versions its dependencies need, the CI workflows). It depends on xtask-base
 //! and xtask-pack.
 
-pub mod aptrepo;
 pub mod autopkgtest;
 pub mod bench;
 pub mod copycount;
@@ -16,6 +15,7 @@ pub mod elf;
 pub mod fuzz;
 pub mod glibcfloor;
 pub mod hostbench;
+pub mod kbuild;
 pub mod kernel;
 pub mod library;
 pub mod manpages;
@@ -57,8 +57,6 @@ pub enum Command {
     CheckStaticlib(staticlib::Args),
     /// Check .github/workflows with actionlint and ShellCheck (a step of `test`).
     LintWorkflows,
-    /// Turn build/*.deb into an apt repository (build/apt), optionally signed.
-    AptRepo(aptrepo::Args),
 }
 
 impl Command {
@@ -72,7 +70,6 @@ impl Command {
             Command::CrossTest => crosstest::cli(),
             Command::TestPackages(args) => pkgtest::cli(args),
             Command::CheckStaticlib(args) => staticlib::cli(args),
-            Command::AptRepo(args) => aptrepo::cli(args),
             Command::LintWorkflows => {
                 let sh = xshell::Shell::new()?;
                 sh.change_dir(xtask_base::paths::root());

@@ -4,8 +4,8 @@
 //!
 //! Each suite gets a chroot (chroot.rs) with its own kernel's headers, the gcc those headers
 //! depend on, make, kmod and dkms. In it:
-//! - module build: a fresh W=1 build of both modules (vmtest::build_modules); a warning located
-//!   in our files, or any modpost/objtool warning, fails it (vmtest::Warnings). Warnings are read
+//! - module build: a fresh W=1 build of both modules (kbuild::build_modules); a warning located
+//!   in our files, or any modpost/objtool warning, fails it (kbuild::Warnings). Warnings are read
 //!   from the log rather than turned into errors with KCFLAGS=-Werror: -Werror would also stop
 //!   on warnings that W=1 raises inside the kernel's own headers, which we cannot fix, and it
 //!   does not cover modpost.
@@ -30,7 +30,7 @@ use xtask_base::chroot::{self, Chroot};
 use xtask_base::{host, paths};
 
 use crate::kernel::{self, Builder, Kernel};
-use crate::vmtest;
+use crate::{kbuild, vmtest};
 
 mod dkms;
 use dkms::{dkms_build, dkms_deb};
@@ -378,8 +378,8 @@ fn suite_row(
         }
     };
     row.build = step("module build (W=1)", &mut || {
-        vmtest::clean_modules(&kernel)?;
-        vmtest::build_modules(sh, &kernel).map(drop)
+        kbuild::clean_modules(&kernel)?;
+        kbuild::build_modules(sh, &kernel).map(drop)
     });
 
     if let Some(deb) = deb {

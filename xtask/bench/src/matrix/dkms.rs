@@ -13,7 +13,7 @@ use xtask_base::workspace::Workspace;
 use xtask_pack::deb;
 use xtask_pack::stage::Package;
 
-use crate::vmtest::Warnings;
+use crate::kbuild::Warnings;
 
 /// The mtgdrdrv-dkms .deb of this tree (`cargo xtask deb-kmod`).
 pub(super) fn dkms_deb(sh: &Shell) -> Result<PathBuf> {

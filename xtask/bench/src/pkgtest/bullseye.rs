@@ -19,9 +19,10 @@ use xshell::Shell;
 
 use super::readme;
 use super::root::{self, Root};
-use crate::{aptrepo, kernel};
+use crate::kernel;
 use xtask_base::paths;
 use xtask_base::workspace::Workspace;
+use xtask_pack::aptrepo;
 use xtask_pack::deb::Built;
 
 fn key(sh: &Shell, name: &str) -> Result<aptrepo::TestKey> {

@@ -21,7 +21,7 @@ use crate::{vm, vmtest};
 /// tests' VMs need beside the packages.
 pub(super) fn emulated_provider(sh: &Shell, kernel: &Kernel) -> Result<(PathBuf, PathBuf)> {
     let t = Instant::now();
-    let (_, emu) = vmtest::build_modules(sh, kernel)?;
+    let (_, emu) = crate::kbuild::build_modules(sh, kernel)?;
     let libmusa = xtask_base::build::emulated_musa(sh)?;
     timed("emulated provider and libmusa built", t);
     Ok((emu, libmusa))

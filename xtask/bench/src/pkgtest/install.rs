@@ -18,7 +18,8 @@ use xtask_base::{host, paths};
 use xtask_pack::deb::Built;
 use xtask_pack::stage::Package;
 
-use crate::{aptrepo, kernel, vmtest};
+use crate::{kernel, vmtest};
+use xtask_pack::aptrepo;
 
 pub(super) fn install_test(sh: &Shell, debs: &[Built]) -> Result<()> {
     host::ensure_host_packages(vmtest::HOST_PACKAGES)?;

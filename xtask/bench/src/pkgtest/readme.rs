@@ -27,8 +27,8 @@ use anyhow::{bail, ensure, Context, Result};
 use xshell::{cmd, Shell};
 
 use super::root::Root;
-use crate::aptrepo;
 use xtask_base::paths;
+use xtask_pack::aptrepo;
 use xtask_pack::deb::Built;
 use xtask_pack::dsc::SourcePackage;
 use xtask_pack::stage::Package;

@@ -58,7 +58,8 @@ use xtask_base::{files, host, paths};
 use xtask_pack::deb::Built;
 use xtask_pack::stage::Package;
 
-use crate::{aptrepo, kernel, vmtest};
+use crate::{kernel, vmtest};
+use xtask_pack::aptrepo;
 
 use full::full_upgrade;
 use guest::{run_vm, Guest};

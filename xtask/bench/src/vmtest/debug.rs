@@ -94,7 +94,7 @@ exit 0
 }
 
 fn judge_checkers(outcome: &vm::VmOutcome, log: &Path) -> Result<()> {
-    let on: Vec<&str> = super::marked(&outcome.console, "MTGDRCOPY-CHECKER ").collect();
+    let on: Vec<&str> = super::judge::marked(&outcome.console, "MTGDRCOPY-CHECKER ").collect();
     ensure!(
         on.len() == 3,
         "the debug kernel's checkers that are on: {on:?}, expected lockdep, kasan and kfence; \

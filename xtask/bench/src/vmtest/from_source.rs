@@ -117,7 +117,7 @@ pub fn prepare(sh: &Shell, kernel: &Kernel) -> Result<(Vec<(PathBuf, String)>, S
     for name in ["libgdrapi.so".to_string(), xtask_base::library::soname()] {
         files.push((release.join(&name), format!("/src/target/release/{name}")));
     }
-    for (path, name) in super::programs(&release, |_| false)? {
+    for (path, name) in super::guest::programs(&release, |_| false)? {
         files.push((path, format!("/src/target/release/{name}")));
     }
     let dir = paths::build_dir().join("vm/from-source");
@@ -181,7 +181,7 @@ rmmod mtgpu_emu || fail "rmmod mtgpu_emu (from source)"
 /// (not the dma-buf fallback), the sanity suite passed, and insmod.sh gave the device the udev
 /// rule's group and mode.
 pub fn check(console: &str, log: &Path) -> Result<()> {
-    let lines = |prefix| -> Vec<&str> { super::marked(console, prefix).collect() };
+    let lines = |prefix| -> Vec<&str> { super::judge::marked(console, prefix).collect() };
     let exit = lines("MTGDRCOPY-FROM-SOURCE-EXIT ");
     let user = lines("MTGDRCOPY-FROM-SOURCE ");
     let root = lines("MTGDRCOPY-FROM-SOURCE-ROOT ");

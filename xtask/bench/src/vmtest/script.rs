@@ -4,6 +4,7 @@
 pub(super) const SCRIPT: &str = r#"
 step() { echo "MTGDRCOPY-STEP $1 $(cut -d' ' -f1 /proc/uptime)"; }
 fail() { echo "MTGDRCOPY-FAIL $*"; exit 1; }
+@SANITY_FUNCTION@
 @DOCTOR_FUNCTION@
 step load
 insmod /lib/mtgdrcopy/mtgpu_emu.ko || fail "insmod mtgpu_emu"
@@ -17,10 +18,10 @@ step tests
 rc=$?
 step sanity
 @ENVIRONMENT@
-for page in 4096 65536 2097152; do
-    echo "MTGDRCOPY-SANITY-PAGE $page"
-    MTGPU_EMU_PAGE_SIZE=$page mtgdrcopy_sanity -e || rc=1
-done
+# One run per emulated page size on the module backend.
+sanity_run 4096 env MTGPU_EMU_PAGE_SIZE=4096 mtgdrcopy_sanity -e --format tap
+sanity_run 65536 env MTGPU_EMU_PAGE_SIZE=65536 mtgdrcopy_sanity -e --format tap
+sanity_run 2097152 env MTGPU_EMU_PAGE_SIZE=2097152 mtgdrcopy_sanity -e --format tap
 step tool-status
 # Exit statuses and --json with the environment present (without it: mtgdrcopy-tests/tests/tools.rs).
 expect_exit() {
@@ -60,8 +61,7 @@ step doctor
 @DOCTOR_LOADED@
 step sanity-dmabuf
 # The dma-buf backend, forced while the module is loaded.
-echo "MTGDRCOPY-SANITY-PAGE dmabuf-forced"
-GDRCOPY_USE_DMABUF_MMAP=1 mtgdrcopy_sanity || rc=1
+sanity_run dmabuf-forced env GDRCOPY_USE_DMABUF_MMAP=1 mtgdrcopy_sanity --format tap
 step fuzz
 # The fuzzer's kernel log reader: a line logged first is caught after the ring buffer lost it.
 mtgdrdrv_fuzz --klog-selftest || rc=1
@@ -73,8 +73,7 @@ rmmod mtgdrdrv || fail "rmmod mtgdrdrv"
 doctor no-module 1
 step sanity-nomodule
 # The dma-buf backend chosen because /dev/mtgdrdrv is gone.
-echo "MTGDRCOPY-SANITY-PAGE dmabuf-nomodule"
-mtgdrcopy_sanity || rc=1
+sanity_run dmabuf-nomodule mtgdrcopy_sanity --format tap
 # A refused mmap is reported in one log line.
 n=$(MTGPU_EMU_DMABUF=no-mmap GDRCOPY_ENABLE_LOGGING=1 mtgdrcopy_sanity -t dmabuf_refused_mmap 2>&1 | grep -c 'mmap of the MUSA dma-buf was refused')
 echo "MTGDRCOPY-REFUSED-MMAP-LINES $n"
@@ -107,6 +106,21 @@ rmmod mtgpu_emu || fail "rmmod mtgpu_emu (disable_driver=1)"
 step done
 exit $rc
 "#;
+
+/// `sanity_run NAME COMMAND...`: one run of the sanity suite (COMMAND, writing TAP), reported
+/// on the console as a TAP 14 subtest named `sanity NAME`: its output indented, then a test
+/// point for the run, `not ok` (and the script's status 1) when it exited with an error. The
+/// judge expects one subtest per `sanity_run` line of the script (`judge::sanity_runs_in`).
+pub(super) const SANITY_FUNCTION: &str = r##"sanity_run() {
+    name=$1
+    shift
+    echo "# Subtest: sanity $name"
+    "$@" >/tmp/sanity.tap 2>&1
+    status=$?
+    sed 's/^/    /' /tmp/sanity.tap
+    if [ "$status" = 0 ]; then echo "ok - sanity $name"; else echo "not ok - sanity $name"; rc=1; fi
+}
+"##;
 
 /// What the guest's tools run with: libgdrapi, and the emulated libmusa standing in for the MUSA
 /// driver's, which the tools use only because the test suite allows it; the emulated provider

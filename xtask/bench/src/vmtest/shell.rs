@@ -5,7 +5,8 @@
 use anyhow::{bail, ensure, Result};
 use xshell::Shell;
 
-use super::{load_only, module_vm};
+use super::guest::module_vm;
+use super::script::load_only;
 use xtask_base::paths;
 
 use crate::kernel::{self, Kernel};

@@ -8,8 +8,8 @@ use xshell::{cmd, Shell};
 use super::release::Deb;
 use xtask_base::files;
 
-use crate::aptrepo;
 use crate::pkgtest::root::Root;
+use xtask_pack::aptrepo;
 
 /// A signed repository inside a root, published again as releases come out; apt in the root
 /// sees only it.

@@ -33,9 +33,9 @@ use anyhow::{bail, ensure, Context, Result};
 use flate2::write::GzEncoder;
 use xshell::{cmd, Shell};
 
+use crate::stage;
 use xtask_base::workspace::Workspace;
 use xtask_base::{files, host, paths};
-use xtask_pack::stage;
 
 mod keys;
 mod sources;
@@ -168,7 +168,7 @@ pub fn cli(args: Args) -> Result<()> {
             .into_iter()
             .chain([stage::Package::Bundle])
             .filter(|p| p.deb_name() == deb.package)
-            .map(|p| -> Result<String> { xtask_pack::versions::package_version(&ws, p, &revision) })
+            .map(|p| -> Result<String> { crate::versions::package_version(&ws, p, &revision) })
             .collect::<Result<Vec<_>>>()?;
         ensure!(
             expected.contains(&deb.version),
@@ -185,7 +185,7 @@ pub fn cli(args: Args) -> Result<()> {
     });
     let out = args.out.unwrap_or_else(|| paths::build_dir().join("apt"));
     // The source package of this tree (`cargo xtask dist-source`), for `apt-get source`.
-    let source = xtask_pack::dsc::build(&sh)?;
+    let source = crate::dsc::build(&sh)?;
     let repo = build(
         &sh,
         &debs,
