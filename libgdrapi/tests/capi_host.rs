@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 
 use gdrapi::capi::*;
 
+mod devnode;
+
 const CHILD_ENV: &str = "GDRAPI_CAPI_HOST_CHILD";
 const LIMIT: Duration = Duration::from_secs(15);
 const EINVAL: c_int = libc::EINVAL;
@@ -28,26 +30,9 @@ const GPU_PAGE: u64 = 64 * 1024;
 fn devnode_double() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("capi-host");
         std::fs::create_dir_all(&dir).expect("test directory");
-        let library = dir.join("devnode_double.so");
-        let include = format!("-I{}", root.join("mtgdrdrv/kmod").display());
-        let out = Command::new("cc")
-            .args(["-Wall", "-Wextra", "-Werror", "-O2", "-shared", "-fPIC"])
-            .arg(include)
-            .arg(root.join("testing/copy-harness/devnode_double.c"))
-            .arg("-o")
-            .arg(&library)
-            .arg("-ldl")
-            .output()
-            .expect("running cc");
-        assert!(
-            out.status.success(),
-            "cc devnode_double.c: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        library
+        devnode::build(&dir)
     })
 }
 

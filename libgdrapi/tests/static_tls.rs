@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 mod built;
+mod devnode;
 use built::cdylib;
 
 const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
@@ -37,31 +38,6 @@ fn ie_tls_library(dir: &Path, bytes: usize) -> PathBuf {
         let define = format!("-DTLS_BYTES={bytes}");
         cc(&["-shared", "-fPIC", &define], "ie_tls.c", &library);
     }
-    library
-}
-
-/// The copy harness's stand-in for /dev/mtgdrdrv (testing/copy-harness/devnode_double.c): with it
-/// preloaded, gdr_open, pins, maps and copies work without a device. It has no TLS of its own.
-fn devnode_double(dir: &Path) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let library = dir.join("devnode_double.so");
-    let include = format!("-I{}", root.join("mtgdrdrv/kmod").display());
-    let source = root.join("testing/copy-harness/devnode_double.c");
-    let output = Command::new("cc")
-        .args([
-            "-Wall", "-Wextra", "-Werror", "-O2", "-shared", "-fPIC", &include,
-        ])
-        .arg(&source)
-        .arg("-o")
-        .arg(&library)
-        .arg("-ldl")
-        .output()
-        .expect("running cc");
-    assert!(
-        output.status.success(),
-        "cc devnode_double.c: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
     library
 }
 
@@ -128,7 +104,7 @@ fn dlopen_after_the_static_tls_surplus_is_used_up() {
     );
     // Real copies through a mapping, the hazard pointer in dynamic TLS (every copy takes the
     // cold path), with the device-node stand-in preloaded (it uses no static TLS).
-    let preload = devnode_double(&dir);
+    let preload = devnode::build(&dir);
     let out = driver_with(
         &exe,
         &[Path::new("run-open"), &filler, &control, &cdylib()],
