@@ -66,6 +66,15 @@ pub enum Operation {
 }
 
 impl Operation {
+    /// The calls of one apiperf cycle, in the order they are made and reported.
+    pub const APIPERF_CYCLE: [Operation; 5] = [
+        Operation::Pin,
+        Operation::Map,
+        Operation::GetInfo,
+        Operation::Unmap,
+        Operation::Unpin,
+    ];
+
     /// The C function that was timed.
     pub fn function(self) -> &'static str {
         match self {

@@ -122,13 +122,6 @@ pub fn copylat(results: &[BenchResult]) -> String {
 /// apiperf: per pin size, upstream's header line and the row of mean times (µs, `%f`) of pin,
 /// map, get_info, unmap and unpin.
 pub fn apiperf(results: &[BenchResult]) -> String {
-    const CALLS: [Operation; 5] = [
-        Operation::Pin,
-        Operation::Map,
-        Operation::GetInfo,
-        Operation::Unmap,
-        Operation::Unpin,
-    ];
     let mut s = String::new();
     let mut sizes: Vec<u64> = Vec::new();
     for r in results {
@@ -142,7 +135,7 @@ pub fn apiperf(results: &[BenchResult]) -> String {
             "Size(B)\tpin.Time(us)\tmap.Time(us)\tget_info.Time(us)\tunmap.Time(us)\t\
              unpin.Time(us)\n{size}"
         );
-        for op in CALLS {
+        for op in Operation::APIPERF_CYCLE {
             let mean = results
                 .iter()
                 .find(|r| r.operation == op && r.size_bytes == size)

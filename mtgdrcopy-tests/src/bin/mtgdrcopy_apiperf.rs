@@ -20,15 +20,6 @@ use mtgdrcopy_tests::tool;
 /// Histogram bins, as upstream (there is no option for it).
 const HISTOGRAM_BINS: usize = 10;
 
-/// The calls of one cycle, in order.
-const CALLS: [Operation; 5] = [
-    Operation::Pin,
-    Operation::Map,
-    Operation::GetInfo,
-    Operation::Unmap,
-    Operation::Unpin,
-];
-
 fn run(args: &Args, term: Term) -> Result<()> {
     if args.max_size == 0 {
         bail!(tool::usage("the maximum size (-s) must be at least 1 byte"));
@@ -93,7 +84,7 @@ fn run(args: &Args, term: Term) -> Result<()> {
             }
         }
         term.clear_progress();
-        for (op, samples) in CALLS.into_iter().zip(&times) {
+        for (op, samples) in Operation::APIPERF_CYCLE.into_iter().zip(&times) {
             let s = summarize(samples).context("no cycle was timed")?;
             let row = BenchResult {
                 warmup_iterations: Some(args.warmup),
