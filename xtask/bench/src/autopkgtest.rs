@@ -254,38 +254,36 @@ fn source_tree(sh: &Shell, dir: &Path, debs: &[(Package, PathBuf)]) -> Result<Pa
     Ok(tree)
 }
 
-/// The split packages' and the bundle's .debs of this release in build/, as deb-all and
-/// deb-bundle left them; built only when one is missing or of another version.
+/// The split packages' .debs of this release for this machine's architecture in build/, as
+/// deb-all left them; built only when one is missing or of another version.
 fn release_debs(sh: &Shell) -> Result<Vec<(Package, PathBuf)>> {
     let ws = Workspace::load()?;
     let revision = debian::revision()?;
+    // build/ also holds the arm64 step's .debs, which the testbed cannot install.
+    let host_arch = cmd!(sh, "dpkg --print-architecture")
+        .quiet()
+        .read()
+        .context("asking dpkg for this machine's architecture")?;
     let mut found = Vec::new();
     for package in Package::SPLIT {
         let version = versions::package_version(&ws, package, &revision)?;
-        let prefix = format!("{}_{version}_", package.deb_name());
-        let deb = fs::read_dir(paths::build_dir())
-            .ok()
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".deb"))
-            });
-        match deb {
-            Some(deb) => found.push((package, deb)),
-            None => {
-                eprintln!("    no {prefix}*.deb in build/: building the .debs (deb-all)");
-                let built = xtask_pack::deb::build_everything(sh, &ws)?;
-                return Ok(built
-                    .into_iter()
-                    .filter(|b| b.package != Package::Bundle)
-                    .map(|b| (b.package, b.path))
-                    .collect());
-            }
+        let arch = if package.arch_all() {
+            "all"
+        } else {
+            &host_arch
+        };
+        let name = format!("{}_{version}_{arch}.deb", package.deb_name());
+        let deb = paths::build_dir().join(&name);
+        if !deb.is_file() {
+            eprintln!("    no {name} in build/: building the .debs (deb-all)");
+            let built = xtask_pack::deb::build_everything(sh, &ws)?;
+            return Ok(built
+                .into_iter()
+                .filter(|b| b.package != Package::Bundle)
+                .map(|b| (b.package, b.path))
+                .collect());
         }
+        found.push((package, deb));
     }
     Ok(found)
 }
