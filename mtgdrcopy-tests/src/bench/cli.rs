@@ -157,6 +157,11 @@ pub fn parse_iterations(s: &str) -> Result<u64, String> {
     }
 }
 
+/// A count that may be 0 (apiperf's warm-up cycles `-w`).
+pub fn parse_count(s: &str) -> Result<u64, String> {
+    parse_c_number(s).ok_or_else(|| format!("{s:?} is not a count (0, 1, …)"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,6 +197,10 @@ mod tests {
         assert_eq!(parse_iterations("0x64"), Ok(100));
         assert!(parse_iterations("0x0").is_err());
         assert!(parse_iterations("10x").is_err());
+        assert_eq!(parse_count("0"), Ok(0));
+        assert_eq!(parse_count("0x1"), Ok(1));
+        assert_eq!(parse_count("010"), Ok(8));
+        assert!(parse_count("-1").is_err());
         assert_eq!(parse_device("0"), Ok(0));
         assert_eq!(parse_device("0x1"), Ok(1));
         assert_eq!(parse_device("012"), Ok(10));

@@ -1,6 +1,6 @@
 //! mtgdrcopy_apiperf's command line.
 
-use crate::bench::cli::{parse_iterations, parse_size, Common};
+use crate::bench::cli::{parse_count, parse_iterations, parse_size, Common};
 
 /// Latency of the gdrapi calls that bracket a copy.
 ///
@@ -23,7 +23,8 @@ pub struct Args {
     pub iters: u64,
 
     /// Untimed warm-up cycles per size (0 for none).
-    #[arg(short = 'w', long = "warmup", value_name = "N", default_value_t = 10)]
+    #[arg(short = 'w', long = "warmup", value_name = "N", default_value = "10",
+          value_parser = parse_count)]
     pub warmup: u64,
 
     #[command(flatten)]
