@@ -1,6 +1,6 @@
 //! `cargo xtask`: the project's build, codegen, packaging and test entry points.
 //! One module per subcommand; `main` only parses and dispatches. The subcommands are layered
-//! in crates: xtask-base (shared helpers, the build), xtask-pack (packaging) and xtask-bench
+//! in crates: xtask-base (shared helpers, the build), xtask-pack (packaging) and xtask-testbench
 //! (the test bench: the VM, matrix and package tests, benchmarks, the test runner and checks);
 //! here are those that sit on all of them (codegen, release-check).
 
@@ -11,9 +11,9 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 use xtask_base::build;
-use xtask_bench::pkgtest;
 use xtask_pack::stage::Package;
 use xtask_pack::{aptrepo, deb, debhelper, dsc, install};
+use xtask_testbench::pkgtest;
 
 #[derive(Parser)]
 #[command(
@@ -70,7 +70,7 @@ enum Command {
     Deb(deb::Args),
     /// The test bench's commands (`test`, the VM, benchmarks, the matrix and package tests).
     #[command(flatten)]
-    Bench(xtask_bench::Command),
+    Bench(xtask_testbench::Command),
     /// Check that this tree is releasable: versions, changelogs, headers, lintian, tests.
     ReleaseCheck(release::Args),
     /// Turn build/*.deb into an apt repository (build/apt), optionally signed.

@@ -200,7 +200,7 @@ pub fn cli(args: Args) -> Result<()> {
         check(&mut report, name, &mut || match args.tests {
             Tests::Full | Tests::Quick => {
                 let quick = matches!(args.tests, Tests::Quick);
-                xtask_bench::runner::run(xtask_bench::runner::Args {
+                xtask_testbench::runner::run(xtask_testbench::runner::Args {
                     no_vm: quick,
                     no_matrix: quick,
                     no_cross: quick,

@@ -5,7 +5,7 @@
 //! Built by dpkg-buildpackage with debian/rules (debhelper.rs), as a packager builds them, with
 //! this machine's Rust toolchain instead of Debian's; `cargo xtask test` also builds them from
 //! the source package with Debian's, offline, and compares the two
-//! (xtask-bench's pkgtest/source.rs).
+//! (xtask-testbench's pkgtest/source.rs).
 //!
 //! Versions: each package's is its crate's (a semver pre-release `-beta.1` becomes `~beta.1`)
 //! with the source package's Debian revision (debian/changelog); the bundle's revision is

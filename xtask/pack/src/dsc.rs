@@ -14,7 +14,7 @@
 //! gives the same bytes.
 //!
 //! Its test, building the binary packages from it as a Debian build daemon would (`--check`,
-//! and a step of `cargo xtask test`), is the test bench's: xtask-bench's pkgtest/source.rs.
+//! and a step of `cargo xtask test`), is the test bench's: xtask-testbench's pkgtest/source.rs.
 
 use fs_err as fs;
 use std::collections::BTreeSet;

@@ -1,7 +1,7 @@
 //! The packaging layer of `cargo xtask`: the staged trees, the .debs, the source package, the
 //! apt repository a release publishes, the generated identity and licences, versions and
 //! install from source. It depends on xtask-base only; the packages' tests are the test bench's
-//! (xtask-bench's pkgtest).
+//! (xtask-testbench's pkgtest).
 
 pub mod aptrepo;
 pub mod changelog;

@@ -202,7 +202,7 @@ fn install_as_user_step(sh: &Shell) -> Result<()> {
     // Outside the tree and /root: the overlays' upper directories must not lie in what they cover.
     let work = std::env::temp_dir().join("mtgdrcopy-install-as-user");
     xtask_base::files::fresh_dir(&work)?;
-    let script = paths::root().join("xtask/bench/scripts/install-as-user.sh");
+    let script = paths::root().join("xtask/testbench/scripts/install-as-user.sh");
     let repo = paths::root();
     let log = paths::build_dir().join("logs/install-as-user.log");
     fs::create_dir_all(paths::build_dir().join("logs"))?;

@@ -1,5 +1,5 @@
 //! The other Rust staticlib of `cargo xtask test`'s libgdrapi.a check
-//! (xtask/bench/src/staticlib.rs), linked into one C program with it. It has what makes two Rust
+//! (xtask/testbench/src/staticlib.rs), linked into one C program with it. It has what makes two Rust
 //! staticlibs clash: its own global allocator (its allocator shim defines __rust_alloc too) and
 //! its own unwinding (rust_eh_personality, DW.ref.rust_eh_personality); built by another rustc,
 //! all of std.

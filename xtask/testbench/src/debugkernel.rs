@@ -4,7 +4,7 @@
 //! own tools (the step in debugvm.rs).
 //!
 //! The configuration is `make allnoconfig` with the committed fragment
-//! (xtask/bench/debug-kernel.config) forced in: only what the test VM needs, to keep the build
+//! (xtask/testbench/debug-kernel.config) forced in: only what the test VM needs, to keep the build
 //! short on a 2-core machine. The tree is fetched with `apt-get download` (this machine's apt
 //! sources), built in place and kept in `cache_dir()/debug-kernel/<version>-<hash>/`, keyed by
 //! the source package's version and a hash of the fragment; it is its own kbuild tree, so our
@@ -217,7 +217,7 @@ fn configure(sh: &Shell, tree: &Path) -> Result<()> {
     let missing = missing_lines(FRAGMENT, &config);
     if !missing.is_empty() {
         bail!(
-            "the debug kernel's .config lacks these lines of xtask/bench/debug-kernel.config \
+            "the debug kernel's .config lacks these lines of xtask/testbench/debug-kernel.config \
              (a dependency not in the fragment?):\n  {}",
             missing.join("\n  ")
         );

@@ -86,7 +86,7 @@ pub(super) fn check_dkms_installed(
 }
 
 /// Step 1b, the postinst with the real DKMS where builds fail: shell, since it is a sequence of
-/// apt, dpkg and dkms commands and their messages (xtask/bench/scripts/dkms-failures.sh says
+/// apt, dpkg and dkms commands and their messages (xtask/testbench/scripts/dkms-failures.sh says
 /// what each phase proves). It runs in a root of its own that believes it runs the VM's kernel
 /// `release`; here, between its phases, the module installed for that kernel is checked, and at
 /// the end that the purges left the root as it was.

@@ -1,6 +1,6 @@
 /*
  * A C program linking libgdrapi.a beside another Rust staticlib (other.rs), built and run by
- * cargo xtask's libgdrapi.a check (xtask/bench/src/staticlib.rs). Each library runs on its own std.
+ * cargo xtask's libgdrapi.a check (xtask/testbench/src/staticlib.rs). Each library runs on its own std.
  */
 #include <stdio.h>
 

@@ -1,6 +1,6 @@
 #!/bin/sh
 # mtgdrdrv-dkms's postinst with the real DKMS where module builds fail: step 1b of the package
-# install test (xtask/bench/src/pkgtest/dkms.rs runs it inside a bookworm root with dkms and the
+# install test (xtask/testbench/src/pkgtest/dkms.rs runs it inside a bookworm root with dkms and the
 # VM kernel's headers, one phase per call, and checks the installed module between phases).
 #
 #   dkms-failures.sh PHASE RELEASE VERSION DEB
