@@ -7,10 +7,10 @@
 //! (xtask/testbench/debug-kernel.config) forced in: only what the test VM needs, to keep the build
 //! short on a 2-core machine. The tree is fetched with `apt-get download` (this machine's apt
 //! sources), built in place and kept in `cache_dir()/debug-kernel/<version>-<hash>/`, keyed by
-//! the source package's version and a hash of the fragment; it is its own kbuild tree, so our
-//! modules build against it with `make -C <tree> M=...` like against Debian's headers. A build
-//! that stops half-way resumes where it stopped (kbuild is incremental); the `built` file marks
-//! a finished one.
+//! the source package's version and a hash of the fragment's settings (not its comments); it
+//! is its own kbuild tree, so our modules build against it with `make -C <tree> M=...` like
+//! against Debian's headers. A build that stops half-way resumes where it stopped (kbuild is
+//! incremental); the `built` file marks a finished one.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -77,7 +77,10 @@ pub fn build() -> Result<Kernel> {
     let sh = Shell::new()?;
     let version = candidate_version(&sh)?;
     let cache = paths::cache_dir().join("debug-kernel");
-    let tree = cache.join(format!("{version}-{:016x}", fnv1a(FRAGMENT.as_bytes())));
+    let tree = cache.join(format!(
+        "{version}-{:016x}",
+        fnv1a(settings(FRAGMENT).as_bytes())
+    ));
     // One xtask builds a tree at a time; the other then finds it built.
     let _lock = files::lock_file(&cache.join(".lock"), "building the debug kernel")?;
     if let Ok(release) = fs::read_to_string(tree.join(BUILT)) {
@@ -252,6 +255,17 @@ fn missing_lines<'a>(fragment: &'a str, config: &str) -> Vec<&'a str> {
         .collect()
 }
 
+/// The fragment's settings, one per line, without its comments: only a change of setting
+/// builds a new kernel.
+fn settings(fragment: &str) -> String {
+    fragment
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("CONFIG_"))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
 /// 64-bit FNV-1a: a hash that stays the same across Rust releases (the standard library's does
 /// not promise to), for the cache key.
 fn fnv1a(bytes: &[u8]) -> u64 {
@@ -310,6 +324,14 @@ mod tests {
         ] {
             assert!(FRAGMENT.lines().any(|l| l == checker), "{checker}");
         }
+    }
+
+    #[test]
+    fn only_settings_key_the_tree() {
+        let a = "# KASAN\nCONFIG_KASAN=y\n\nCONFIG_LOCKDEP=y\n";
+        let b = "# KASAN, see debugkernel.rs\nCONFIG_KASAN=y\nCONFIG_LOCKDEP=y\n";
+        assert_eq!(settings(a), settings(b));
+        assert_ne!(settings(a), settings("CONFIG_KASAN=y\n"));
     }
 
     #[test]
