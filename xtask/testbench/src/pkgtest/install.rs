@@ -1,5 +1,6 @@
-//! The install test's sequence (the module's steps 1 to 5) on the host and container roots,
-//! and the signed repository the host installs from.
+//! The install test's sequence (the module's steps 1 to 5) on the host and container roots: the
+//! signed repository the host installs from, and the C consumer built against the installed
+//! library.
 
 use std::fs;
 use std::path::PathBuf;
@@ -53,6 +54,10 @@ pub(super) fn install_test(sh: &Shell, debs: &[Built]) -> Result<()> {
         .to_owned();
     check_dkms_installed(sh, &host, &release, kmod_version, &output)?;
     let t = Instant::now();
+    let lib = find(debs, Package::Lib)?;
+    check_consumer(sh, &host, lib)?;
+    timed("host: consumer built with pkg-config, dpkg-shlibdeps", t);
+    let t = Instant::now();
     dkms_failures(
         sh,
         host_layers.clone(),
@@ -72,7 +77,18 @@ pub(super) fn install_test(sh: &Shell, debs: &[Built]) -> Result<()> {
         &[find(debs, Package::Lib)?, find(debs, Package::Tests)?],
     )?;
     container.apt_install(sh, &inside.iter().map(String::as_str).collect::<Vec<_>>())?;
-    // That apt pulled in no DKMS, module or headers: debian/tests/container-layout.
+    for absent in ["dkms", "mtgdrdrv-dkms", "linux-headers-amd64"] {
+        let (_, status, _) =
+            container.output(sh, &["dpkg-query", "-W", "-f", "${Status}", absent])?;
+        ensure!(
+            status.trim() != "install ok installed",
+            "installing libgdrapi and mtgdrcopy-tests pulled in {absent}"
+        );
+    }
+    ensure!(
+        !container.exists(sh, &format!("/usr/src/mtgdrdrv-{kmod_version}"))?,
+        "the container root got the module sources"
+    );
     timed("container: apt-get install libgdrapi mtgdrcopy-tests", t);
 
     // 3. The VM.
@@ -231,4 +247,85 @@ fn install_from_repo(sh: &Shell, host: &Root, debs: &[Built]) -> Result<String> 
     let remove: Vec<&str> = remove.iter().map(String::as_str).collect();
     host.run(sh, &remove)?;
     Ok(output)
+}
+
+/// A C program against the installed libgdrapi: compiled and linked through pkg-config (shared
+/// and static), and dpkg-shlibdeps gives it `libgdrapi (>= <upstream version>), libgdrapi (<<
+/// <next major>~)`: a 2.x package, which has no libgdrapi.so.1, must not satisfy it.
+fn check_consumer(sh: &Shell, host: &Root, lib: &Built) -> Result<()> {
+    let dir = host.new_file("/tmp/consumer");
+    fs::create_dir_all(dir.join("debian"))?;
+    fs::write(
+        dir.join("consumer.c"),
+        "#include <gdrapi.h>\n#include <stdio.h>\n\
+         int main(void) {\n\
+         \tint major = 0, minor = 0;\n\
+         \tgdr_runtime_get_version(&major, &minor);\n\
+         \tprintf(\"libgdrapi %d.%d\\n\", major, minor);\n\
+         \tgdr_t g = gdr_open();\n\
+         \tprintf(\"gdr_open: %s\\n\", g ? \"ok\" : \"failed\");\n\
+         \tif (g)\n\
+         \t\tgdr_close(g);\n\
+         \treturn 0;\n}\n",
+    )?;
+    fs::write(
+        dir.join("debian/control"),
+        "Source: consumer\n\nPackage: consumer\nArchitecture: any\n",
+    )?;
+    let sh_in = |script: &str| -> Result<String> { host.run(sh, &["sh", "-euc", script]) };
+    let shared = sh_in(
+        "cd /tmp/consumer && cc -Wall -Werror consumer.c $(pkg-config --cflags --libs gdrapi) \
+         -o consumer && ./consumer",
+    )?;
+    // libgdrapi.a linked in, the rest (Libs.private: what Rust's std needs) dynamically.
+    let stat = sh_in(
+        "cd /tmp/consumer && cc -Wall -Werror consumer.c \
+         $(pkg-config --static --cflags --libs gdrapi | sed 's/-lgdrapi /-l:libgdrapi.a /') \
+         -o consumer-static && ./consumer-static",
+    )?;
+    let upstream = lib.version().split('-').next().unwrap_or_default();
+    let (major, minor) = {
+        let mut v = upstream.split('.');
+        (v.next().unwrap_or(""), v.next().unwrap_or(""))
+    };
+    // No /dev/mtgdrdrv in the root: gdr_open fails, quietly (logging is off by default).
+    let expected = format!("libgdrapi {major}.{minor}\ngdr_open: failed");
+    ensure!(
+        shared.trim() == expected && stat.trim() == expected,
+        "the consumer printed {shared:?} (shared) and {stat:?} (static), expected {expected:?}"
+    );
+    let deps = sh_in("cd /tmp/consumer && dpkg-shlibdeps -O consumer 2>/dev/null")?;
+    let want = format!(
+        "libgdrapi (>= {upstream}), libgdrapi (<< {})",
+        next_major(upstream)?
+    );
+    ensure!(
+        deps.contains(&want),
+        "dpkg-shlibdeps gave a consumer {deps:?}, which lacks {want}"
+    );
+    eprintln!("    consumer: {}", deps.trim());
+    Ok(())
+}
+
+/// `${<package>:NextMajor}`: the lowest version of the next major, `2~` for 1.x (`~` sorts
+/// before any release of it).
+pub fn next_major(version: &str) -> Result<String> {
+    let major: u32 = version
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .with_context(|| format!("no major version in {version}"))?;
+    Ok(format!("{}~", major + 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_next_major_sorts_before_its_releases() -> Result<()> {
+        assert_eq!(next_major("1.4.2")?, "2~");
+        assert_eq!(next_major("0.1.0")?, "1~");
+        Ok(())
+    }
 }
