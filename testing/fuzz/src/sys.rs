@@ -197,7 +197,7 @@ pub unsafe fn store(dst: usize, src: &[u8]) {
     let mut i = 0;
     while i < src.len() {
         let a = dst + i;
-        if a % 8 == 0 && src.len() - i >= 8 {
+        if a.is_multiple_of(8) && src.len() - i >= 8 {
             let mut w = [0u8; 8];
             w.copy_from_slice(&src[i..i + 8]);
             // SAFETY: aligned, inside the range the caller vouches for.
@@ -220,7 +220,7 @@ pub unsafe fn load(dst: &mut [u8], src: usize) {
     let mut i = 0;
     while i < dst.len() {
         let a = src + i;
-        if a % 8 == 0 && dst.len() - i >= 8 {
+        if a.is_multiple_of(8) && dst.len() - i >= 8 {
             // SAFETY: aligned, inside the range the caller vouches for.
             let w = unsafe { std::ptr::read_volatile(a as *const u64) };
             dst[i..i + 8].copy_from_slice(&w.to_ne_bytes());

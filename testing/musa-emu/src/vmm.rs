@@ -168,7 +168,7 @@ unsafe fn read_prop(prop: *const MUmemAllocationProp) -> MuResult<MUmemAllocatio
 
 /// Whether `v` is a non-zero multiple of the granularity.
 fn granular(d: &Driver, v: u64) -> bool {
-    v != 0 && v % granularity(d) == 0
+    v != 0 && v.is_multiple_of(granularity(d))
 }
 
 fn check(ok: bool) -> MuResult {

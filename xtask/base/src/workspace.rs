@@ -11,6 +11,8 @@ use crate::{cargo, paths, targets};
 pub struct Crate {
     pub name: String,
     pub version: String,
+    /// `rust-version`, as cargo reads it (`1.85` is `1.85.0`); `None` if undeclared.
+    pub rust_version: Option<String>,
     /// Binary targets, sorted.
     pub bins: Vec<String>,
 }
@@ -54,6 +56,7 @@ impl Workspace {
                 Crate {
                     name: p.name.into_inner(),
                     version: p.version.to_string(),
+                    rust_version: p.rust_version.map(|v| v.to_string()),
                     bins,
                 }
             })

@@ -2,7 +2,7 @@
 //! the kernel matrix, the package tests (the source package's build, reproducibility, the
 //! maintainer scripts, install and upgrade, from an apt repository), benchmarks and their plots,
 //! copy counts, libFuzzer, the arm64 and static-library checks, and the checks of the tree
-//! itself (the rust-versions its dependencies need, the CI workflows). It depends on xtask-base
+//! itself (the CI workflows). It depends on xtask-base
 //! and xtask-pack.
 
 pub mod autopkgtest;
@@ -20,7 +20,6 @@ pub mod kernel;
 pub mod library;
 pub mod manpages;
 pub mod matrix;
-pub mod msrv;
 pub mod pkgtest;
 pub mod plot;
 pub mod runner;

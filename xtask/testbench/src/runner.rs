@@ -136,10 +136,6 @@ fn steps(args: &Args) -> Result<(Vec<Step<'static>>, Vec<Step<'static>>)> {
             Box::new(crate::manpages::test_step),
         ),
         (CLIPPY_STEP, Box::new(clippy)),
-        (
-            "rust-version: no dependency needs a newer Rust (product, xtask)",
-            Box::new(crate::msrv::check),
-        ),
         (UNIT_STEP, Box::new(unit_tests)),
         (
             "libgdrapi.a: only gdr_* global, no bitcode, links beside another Rust staticlib",

@@ -80,7 +80,7 @@ impl ApiFuzzer {
             let Some(i) = mine else {
                 finding!("gdr_map succeeded on a handle not of this gdr_t")
             };
-            if va.is_null() || (va as usize) % page != 0 {
+            if va.is_null() || !(va as usize).is_multiple_of(page) {
                 finding!("gdr_map returned {va:p}");
             }
             let len = size.div_ceil(page) * page;

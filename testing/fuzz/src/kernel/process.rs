@@ -129,7 +129,7 @@ impl Worker {
         w.in_child = true;
         match w.run() {
             Ok(()) => {
-                if seed % 2 == 0 {
+                if seed.is_multiple_of(2) {
                     if let Err(m) = w.teardown() {
                         eprintln!("{m}");
                         return 1;

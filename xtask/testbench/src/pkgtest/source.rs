@@ -81,11 +81,39 @@ fn build_chroot(sh: &Shell) -> Result<chroot::Chroot> {
     )
 }
 
+/// This build is the proof of the product crates' `rust-version`: the chroot's rustc must be
+/// that version (major.minor), or the build proves nothing about it. cargo refuses any crate
+/// whose `rust-version` is newer than the rustc it runs, so the build and the package's
+/// `cargo test -p libgdrapi` cover every dependency, dev-dependencies included, that the
+/// packages need.
+fn ensure_rustc_is_the_msrv(rustc_version: &str, declared: Option<&str>) -> Result<()> {
+    let declared = declared.context("libgdrapi declares no rust-version")?;
+    let major_minor = |v: &str| -> Option<String> {
+        let mut parts = v.split('.');
+        Some(format!("{}.{}", parts.next()?, parts.next()?))
+    };
+    let built_with = rustc_version
+        .split_whitespace()
+        .nth(1)
+        .and_then(major_minor)
+        .with_context(|| format!("no version in `rustc --version`: {rustc_version:?}"))?;
+    ensure!(
+        major_minor(declared).as_deref() == Some(built_with.as_str()),
+        "the product crates declare rust-version {declared}, but Debian trixie's rustc is \
+         {built_with}: set the workspace's rust-version to {built_with} (the build proves \
+         that one), or build with a trixie that has {declared}"
+    );
+    Ok(())
+}
+
 /// The .debs `dpkg-buildpackage -b` made from `source` in the trixie chroot, offline, copied to
 /// `build/source/debs/`.
 pub fn dpkg_buildpackage(sh: &Shell, source: &SourcePackage) -> Result<Vec<PathBuf>> {
     let chroot = build_chroot(sh)?;
     eprintln!("    building with Debian's {}", chroot.info.trim());
+    let ws = Workspace::load()?;
+    let declared = ws.krate("libgdrapi")?.rust_version.clone();
+    ensure_rustc_is_the_msrv(&chroot.info, declared.as_deref())?;
     let work = Path::new("/build");
     let host_work = chroot.host_path(work);
     chroot::remove_tree(&host_work)?;
@@ -327,6 +355,17 @@ pub fn test_step(sh: &Shell, built: &[Built]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_trixie_rustc_must_be_the_declared_rust_version() {
+        let trixie = "rustc 1.85.0 (4d91de4e4 2025-02-17) (built from a source tarball)\n";
+        assert!(ensure_rustc_is_the_msrv(trixie, Some("1.85.0")).is_ok());
+        assert!(ensure_rustc_is_the_msrv(trixie, Some("1.85")).is_ok());
+        assert!(ensure_rustc_is_the_msrv(trixie, Some("1.84.0")).is_err());
+        assert!(ensure_rustc_is_the_msrv("rustc 1.86.0 (x)", Some("1.85.0")).is_err());
+        assert!(ensure_rustc_is_the_msrv(trixie, None).is_err());
+        assert!(ensure_rustc_is_the_msrv("", Some("1.85.0")).is_err());
+    }
 
     #[test]
     fn build_ids_are_masked() {
