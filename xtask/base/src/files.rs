@@ -68,11 +68,22 @@ pub fn copy_module_sources(from: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
+/// An empty directory at `dir`, whatever was there: a tree, a file, a link, or nothing.
 pub fn fresh_dir(dir: &Path) -> Result<()> {
-    if dir.exists() {
-        fs::remove_dir_all(dir)?;
-    }
+    remove_any(dir)?;
     Ok(fs::create_dir_all(dir)?)
+}
+
+/// Removes `path`, a directory tree or anything else (a link itself, not its target), if it is
+/// there. (A download once took a tree's name: `remove_dir_all` alone then fails.)
+pub fn remove_any(path: &Path) -> Result<()> {
+    let removed = match fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => fs::remove_dir_all(path),
+        Ok(_) => fs::remove_file(path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => Err(e),
+    };
+    removed.with_context(|| format!("removing {}", path.display()))
 }
 
 pub fn parent_of(path: &Path) -> Result<()> {
@@ -138,4 +149,24 @@ pub fn copy_path(sh: &Shell, from: &Path, to: &Path) -> Result<()> {
         .quiet()
         .run()
         .with_context(|| format!("copying {} to {}", from.display(), to.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fresh_dir_replaces_a_tree_a_file_a_link_or_nothing() {
+        let dir = std::env::temp_dir().join(format!("files-test-{}", std::process::id()));
+        let (tree, file, link) = (dir.join("tree"), dir.join("file"), dir.join("link"));
+        fs::create_dir_all(tree.join("sub")).unwrap();
+        fs::write(tree.join("sub/x"), "x").unwrap();
+        fs::write(&file, "a .deb that took the tree's name").unwrap();
+        symlink(&tree, &link).unwrap();
+        for path in [&link, &tree, &file, &dir.join("absent")] {
+            fresh_dir(path).unwrap();
+            assert!(path.is_dir() && fs::read_dir(path).unwrap().next().is_none());
+        }
+        fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -164,7 +164,7 @@ fn parse_candidate(policy: &str) -> Option<String> {
 fn unpack_source(sh: &Shell, version: &str, tree: &Path) -> Result<()> {
     let parent = tree.parent().context("the cache has no parent directory")?;
     let staging = parent.join(format!(".unpack-{}", std::process::id()));
-    remove_any(&staging)?;
+    files::remove_any(&staging)?;
     // One directory per stage: the downloaded .deb is named linux-source-6.1_*.deb, like the
     // tree its tarball unpacks to, so they must not share one.
     let (download, deb_dir, src) = (
@@ -188,24 +188,13 @@ fn unpack_source(sh: &Shell, version: &str, tree: &Path) -> Result<()> {
         cmd!(sh, "tar -C {src} -xJf {tarball}").quiet().run()?;
         let unpacked = find(&src, |n| n.starts_with("linux-source-"))?;
         // Whatever an interrupted or failed unpack left under the tree's name goes.
-        remove_any(tree)?;
+        files::remove_any(tree)?;
         fs::rename(&unpacked, tree)?;
         Ok(())
     })();
     // Best effort: the .deb and its tarball (~280 MB) are not kept.
     let _ = fs::remove_dir_all(&staging);
     result
-}
-
-/// Removes `path`, a directory tree or a file, if it is there.
-fn remove_any(path: &Path) -> Result<()> {
-    let removed = match fs::symlink_metadata(path) {
-        Ok(meta) if meta.is_dir() => fs::remove_dir_all(path),
-        Ok(_) => fs::remove_file(path),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => Err(e),
-    };
-    removed.with_context(|| format!("removing {}", path.display()))
 }
 
 /// The one entry of `dir` whose name satisfies `want`.
@@ -277,20 +266,6 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_stale_tree_goes_whether_a_directory_or_a_file() {
-        let dir = std::env::temp_dir().join(format!("debugkernel-test-{}", std::process::id()));
-        let (tree, file) = (dir.join("tree"), dir.join("file"));
-        fs::create_dir_all(tree.join("sub")).unwrap();
-        fs::write(tree.join("sub/x"), "x").unwrap();
-        fs::write(&file, "a .deb that took the tree's name").unwrap();
-        remove_any(&tree).unwrap();
-        remove_any(&file).unwrap();
-        remove_any(&dir.join("absent")).unwrap();
-        assert!(!tree.exists() && !file.exists());
-        fs::remove_dir_all(&dir).unwrap();
-    }
 
     #[test]
     fn candidate() {
