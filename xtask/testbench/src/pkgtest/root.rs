@@ -312,42 +312,24 @@ pub fn dkms_layers(sh: &Shell, kernel: &Kernel) -> Result<Vec<PathBuf>> {
                 .with_context(|| format!("removing {}", entry.path().display()))?;
         }
     }
-    build_layer(&dir, |tmp, scratch| {
-        eprintln!(
-            "xtask: adding dkms and linux-headers-{release} to the root (once; cached in {})",
-            dir.display()
-        );
-        let t = Instant::now();
-        let root = Root::with_upper(
-            vec![minbase.clone()],
-            tmp.to_path_buf(),
-            scratch,
-            scratch.join("apt.log"),
-        )?;
-        let headers = format!("linux-headers-{release}={version}");
-        root.run(sh, &["apt-get", "update", "-q"])?;
-        root.apt_install(
-            sh,
-            &["dkms", &headers, "udev", "openssl", "libc6-dev", "pkgconf"],
-        )
-        .with_context(|| {
-            format!(
-                "installing dkms and {headers} in the root; the mirror must still carry the \
-                 headers of the kernel the VM boots (this machine's)"
-            )
-        })?;
+    let headers = format!("linux-headers-{release}={version}");
+    let packages = ["dkms", &headers, "udev", "openssl", "libc6-dev", "pkgconf"];
+    build_package_layer(sh, &dir, &minbase, &packages, |root| {
         // The module indexes every host with this kernel has (here only the headers are
         // installed), so that depmod's runs during the test create nothing new.
-        root.run(sh, &["depmod", "-a", release])?;
-        root.run(sh, &["apt-get", "clean"])?;
-        eprintln!("    DKMS layer ready ({:.0} s)", t.elapsed().as_secs_f64());
-        Ok(())
+        root.run(sh, &["depmod", "-a", release]).map(drop)
+    })
+    .with_context(|| {
+        format!(
+            "adding dkms and {headers} to the root; the mirror must still carry the headers \
+             of the kernel the VM boots (this machine's)"
+        )
     })?;
     Ok(vec![dir, minbase])
 }
 
 /// Changes whenever `dkms_layers` installs something else, so that cached layers are rebuilt.
-const DKMS_LAYER_RECIPE: &str = "r2";
+const DKMS_LAYER_RECIPE: &str = "r3";
 
 /// Marks a complete layer.
 const STAMP: &str = ".mtgdrcopy-layer-complete";
@@ -371,7 +353,7 @@ const BULLSEYE_PACKAGES: &[&str] = &[
     "sudo",
     "dpkg-dev",
 ];
-const BULLSEYE_RECIPE: &str = "r1";
+const BULLSEYE_RECIPE: &str = "r2";
 
 /// The layers of the Debian 11 (bullseye, glibc 2.31) root, top first: [`BULLSEYE_PACKAGES`]
 /// on bullseye's minbase. Made once from the machine's archive, then cached.
@@ -382,28 +364,39 @@ pub fn bullseye_layers(sh: &Shell) -> Result<Vec<PathBuf>> {
     if dir.join(STAMP).exists() {
         return Ok(vec![dir, minbase]);
     }
-    build_layer(&dir, |tmp, scratch| {
+    build_package_layer(sh, &dir, &minbase, BULLSEYE_PACKAGES, |_| Ok(()))?;
+    Ok(vec![dir, minbase])
+}
+
+/// Makes `dir`, once: `packages` installed over `minbase` from the host's apt sources, then
+/// `finish` run in the root, then apt's cache cleaned out of the layer.
+fn build_package_layer(
+    sh: &Shell,
+    dir: &Path,
+    minbase: &Path,
+    packages: &[&str],
+    finish: impl FnOnce(&Root) -> Result<()>,
+) -> Result<()> {
+    build_layer(dir, |tmp, scratch| {
         eprintln!(
-            "xtask: adding dkms and bullseye's kernel headers to its root (once; cached in {})",
+            "xtask: installing {} in a root layer (once; cached in {})",
+            packages.join(" "),
             dir.display()
         );
         let t = Instant::now();
         let root = Root::with_upper(
-            vec![minbase.clone()],
+            vec![minbase.to_path_buf()],
             tmp.to_path_buf(),
             scratch,
             scratch.join("apt.log"),
         )?;
         root.run(sh, &["apt-get", "update", "-q"])?;
-        root.apt_install(sh, BULLSEYE_PACKAGES)?;
+        root.apt_install(sh, packages)?;
+        finish(&root)?;
         root.run(sh, &["apt-get", "clean"])?;
-        eprintln!(
-            "    bullseye layer ready ({:.0} s)",
-            t.elapsed().as_secs_f64()
-        );
+        eprintln!("    layer ready ({:.0} s)", t.elapsed().as_secs_f64());
         Ok(())
-    })?;
-    Ok(vec![dir, minbase])
+    })
 }
 
 /// Builds a layer into `.<name>.tmp-<pid>/layer` (overlay scratch next to it) and renames it to
