@@ -14,12 +14,8 @@
 //!    installed), dkms.conf's version is the source directory's, the udev rule and
 //!    modprobe.d softdep are in /usr/lib (and no modules-load.d file), and a C program built
 //!    against libgdrapi with pkg-config (shared and static) gets `libgdrapi (>= <version>), libgdrapi (<< 2~)`
-//!    from dpkg-shlibdeps, i.e. shlibs and symbols work. Then, in a root of its own that believes it
-//!    runs the VM's kernel, mtgdrdrv-dkms alone with the real DKMS where builds fail
-//!    ([`dkms::dkms_failures`]): a newer kernel's failure is a warning, the running kernel's fails
-//!    configure until fixed, /etc/dkms/no-autoinstall builds nothing, a kernel
-//!    BUILD_EXCLUSIVE_KERNEL excludes is skipped, one without headers is named
-//!    (scripts/dkms-failures.sh).
+//!    from dpkg-shlibdeps, i.e. shlibs and symbols work. (The postinst with the real DKMS where
+//!    builds fail is debian/tests/dkms-failures, under autopkgtest.)
 //! 2. **Container.** A bare minbase root gets only libgdrapi and mtgdrcopy-tests: apt must not
 //!    pull in dkms or anything of the module.
 //! 3. **VM** (the host of both). The Debian kernel boots with the files the packages installed:

@@ -1,16 +1,12 @@
 //! What DKMS did with mtgdrdrv-dkms: the module built and installed for a kernel, nothing left
-//! behind by a purge, and the postinst with the real DKMS where module builds fail (step 1b).
-
-use std::path::PathBuf;
+//! behind by a purge. (The postinst with the real DKMS where module builds fail is
+//! debian/tests/dkms-failures, run by autopkgtest.)
 
 use anyhow::{ensure, Context, Result};
 use xshell::Shell;
 
-use super::debs::put_debs;
 use super::installed::{LOAD_SCRIPT, SOFTDEP};
 use super::root::Root;
-use xtask_base::files;
-use xtask_pack::deb::Built;
 
 /// DKMS built and installed mtgdrdrv for `release`: its status, the module file, no stub, the
 /// generated dkms.conf. Reports whether DKMS signed the module.
@@ -83,47 +79,6 @@ pub(super) fn check_dkms_installed(
         size / 1024
     );
     Ok(())
-}
-
-/// Step 1b, the postinst with the real DKMS where builds fail: shell, since it is a sequence of
-/// apt, dpkg and dkms commands and their messages (xtask/testbench/scripts/dkms-failures.sh says
-/// what each phase proves). It runs in a root of its own that believes it runs the VM's kernel
-/// `release`; here, between its phases, the module installed for that kernel is checked, and at
-/// the end that the purges left the root as it was.
-pub(super) fn dkms_failures(
-    sh: &Shell,
-    layers: Vec<PathBuf>,
-    kmod: &Built,
-    release: &str,
-    version: &str,
-) -> Result<()> {
-    const SCRIPT: &str = include_str!("../../scripts/dkms-failures.sh");
-    let root = Root::fresh(layers, "dkms")?;
-    files::put_text(&root.new_file("/tmp/dkms-failures.sh"), SCRIPT, 0o755)?;
-    let phase = |name: &str, deb: &str| {
-        root.run(
-            sh,
-            &["sh", "/tmp/dkms-failures.sh", name, release, version, deb],
-        )
-    };
-    phase("setup", "")?;
-    let before = root.file_list(sh)?;
-    let deb = put_debs(&root, &[kmod])?.concat();
-    phase("no-autoinstall", &deb)?;
-    eprintln!("    no-autoinstall: registered, nothing built, said so");
-    let out = phase("newest-broken", &deb)?;
-    check_dkms_installed(sh, &root, release, version, &out)?;
-    eprintln!(
-        "    a newer kernel's build fails: a warning, apt goes on, the running kernel has it"
-    );
-    let out = phase("running-broken", &deb)?;
-    check_dkms_installed(sh, &root, release, version, &out)?;
-    eprintln!(
-        "    the running kernel's build fails: configure fails and says so; dpkg --configure -a \
-         once fixed; an excluded kernel skipped (DKMS exit 77), one without headers named"
-    );
-    phase("cleanup", &deb)?;
-    check_purged(sh, &root, release, &before)
 }
 
 /// DKMS's module signing key pair, generated the first time DKMS signs a module (here, ours):

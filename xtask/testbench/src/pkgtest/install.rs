@@ -10,7 +10,7 @@ use anyhow::{ensure, Context, Result};
 use xshell::{cmd, Shell};
 
 use super::debs::{find, put_debs};
-use super::dkms::{check_dkms_installed, check_purged, dkms_failures};
+use super::dkms::{check_dkms_installed, check_purged};
 use super::guest::run_vm;
 use super::root::{self, Root};
 use crate::step::timed;
@@ -57,18 +57,6 @@ pub(super) fn install_test(sh: &Shell, debs: &[Built]) -> Result<()> {
     let lib = find(debs, Package::Lib)?;
     check_consumer(sh, &host, lib)?;
     timed("host: consumer built with pkg-config, dpkg-shlibdeps", t);
-    let t = Instant::now();
-    dkms_failures(
-        sh,
-        host_layers.clone(),
-        find(debs, Package::Kmod)?,
-        &release,
-        kmod_version,
-    )?;
-    timed(
-        "host: DKMS failures for another kernel and the running one, no-autoinstall",
-        t,
-    );
 
     // 2. Container: library and tools only.
     let t = Instant::now();

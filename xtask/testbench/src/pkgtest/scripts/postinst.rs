@@ -4,7 +4,7 @@
 //! /etc/dkms (`MTGDRDRV_MODULES_DIR`, `MTGDRDRV_DKMS_ETC`).
 //!
 //! The kernel choice and DKMS's exit statuses are tested with the real DKMS
-//! (xtask/testbench/scripts/dkms-failures.sh, step 1b of the package install test): the newest and
+//! (debian/tests/dkms-failures, run by autopkgtest in a root with DKMS): the newest and
 //! the running kernel, autoinstall_all_kernels (set, and empty), /etc/dkms/no-autoinstall, a
 //! kernel without headers, a kernel BUILD_EXCLUSIVE_KERNEL excludes (77), a failed build for
 //! another kernel (the warning) and for the running one (configure fails, the retry). Only what
