@@ -110,47 +110,24 @@ impl Testbed<'_> {
     /// Runs autopkgtest on a fresh overlay of the layers; Ok when every test passed.
     fn run(&self, sh: &Shell, dir: &Path, source: &Path) -> Result<()> {
         let base = dir.join(self.name);
-        if base.exists() {
-            fs::remove_dir_all(&base).with_context(|| format!("removing {}", base.display()))?;
-        }
-        let (upper, work, merged) = (base.join("upper"), base.join("work"), base.join("merged"));
-        for d in [&upper, &work, &merged] {
-            fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
-        }
         let out = base.join("out");
         let summary = base.join("summary");
-        let lower = self
-            .layers
-            .iter()
-            .map(|l| l.display().to_string())
-            .collect::<Vec<_>>()
-            .join(":");
-        let mut args: Vec<String> = vec![
-            "autopkgtest".into(),
-            "--no-built-binaries".into(),
-            format!("--output-dir={}", out.display()),
-            format!("--summary-file={}", summary.display()),
-        ];
-        for test in &self.tests {
-            args.push(format!("--test-name={test}"));
-        }
-        args.extend(self.debs.iter().map(|d| d.display().to_string()));
-        args.push(format!("{}/", source.display()));
-        args.extend(["--".into(), "chroot".into(), merged.display().to_string()]);
-        // The mounts live in a private mount namespace: they end with the run, even a killed
-        // one. /proc in the root is DKMS's need; the rest of /dev is what debootstrap made.
-        let script = "set -e; lower=$1 upper=$2 work=$3 merged=$4; shift 4; \
-            mount -t overlay overlay -o lowerdir=$lower,upperdir=$upper,workdir=$work $merged; \
-            mount -t proc proc $merged/proc; \
-            rc=0; \"$@\" || rc=$?; exit $rc";
-        let output = cmd!(
-            sh,
-            "unshare --mount --propagation private --fork -- sh -c {script} sh {lower} {upper} {work} {merged} {args...}"
-        )
-        .quiet()
-        .ignore_status()
-        .output()
-        .context("running autopkgtest (unshare, util-linux)")?;
+        // /proc in the root is DKMS's need; the rest of /dev is what debootstrap made.
+        let output = root::run_on_overlay(sh, &self.layers, &base, true, |merged| {
+            let mut args: Vec<String> = vec![
+                "autopkgtest".into(),
+                "--no-built-binaries".into(),
+                format!("--output-dir={}", out.display()),
+                format!("--summary-file={}", summary.display()),
+            ];
+            for test in &self.tests {
+                args.push(format!("--test-name={test}"));
+            }
+            args.extend(self.debs.iter().map(|d| d.display().to_string()));
+            args.push(format!("{}/", source.display()));
+            args.extend(["--".into(), "chroot".into(), merged.display().to_string()]);
+            args
+        })?;
         let log = base.join("autopkgtest.log");
         fs::write(&log, [&output.stdout[..], &output.stderr[..]].concat())?;
         let status = output.status.code();
@@ -256,7 +233,7 @@ fn source_tree(sh: &Shell, dir: &Path, debs: &[(Package, PathBuf)]) -> Result<Pa
 
 /// The split packages' .debs of this release for this machine's architecture in build/, as
 /// deb-all left them; built only when one is missing or of another version.
-fn release_debs(sh: &Shell) -> Result<Vec<(Package, PathBuf)>> {
+pub(crate) fn release_debs(sh: &Shell) -> Result<Vec<(Package, PathBuf)>> {
     let ws = Workspace::load()?;
     let revision = debian::revision()?;
     // build/ also holds the arm64 step's .debs, which the testbed cannot install.

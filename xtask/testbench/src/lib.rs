@@ -20,6 +20,7 @@ pub mod kernel;
 pub mod library;
 pub mod manpages;
 pub mod matrix;
+pub mod piuparts;
 pub mod pkgtest;
 pub mod plot;
 pub mod runner;

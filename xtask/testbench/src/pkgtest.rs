@@ -42,7 +42,7 @@
 
 mod bullseye;
 mod debs;
-mod dkms;
+pub(crate) mod dkms;
 mod guest;
 mod guest_script;
 mod install;

@@ -173,6 +173,7 @@ fn steps(args: &Args) -> Result<(Vec<Step<'static>>, Vec<Step<'static>>)> {
         crate::autopkgtest::STEP,
         Box::new(crate::autopkgtest::test_step),
     ));
+    host.push((crate::piuparts::STEP, Box::new(crate::piuparts::test_step)));
 
     if !args.only.is_empty() {
         let wanted = |name: &str| {

@@ -84,7 +84,7 @@ pub(super) fn check_dkms_installed(
 /// DKMS's module signing key pair, generated the first time DKMS signs a module (here, ours):
 /// DKMS's state, not the package's, and kept on purpose, since it may be enrolled in the
 /// firmware's MOK list by then.
-pub(super) const KEPT_BY_DKMS: &[&str] = &["/var/lib/dkms/mok.key", "/var/lib/dkms/mok.pub"];
+pub(crate) const KEPT_BY_DKMS: &[&str] = &["/var/lib/dkms/mok.key", "/var/lib/dkms/mok.pub"];
 
 /// After purging: DKMS forgot mtgdrdrv, the module is gone, and the root has no file that was
 /// not there before the install.

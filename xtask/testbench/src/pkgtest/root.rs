@@ -430,6 +430,50 @@ fn build_layer(dir: &Path, build: impl FnOnce(&Path, &Path) -> Result<()>) -> Re
     fs::remove_dir_all(&scratch).with_context(|| format!("removing {}", scratch.display()))
 }
 
+/// For the tools that take a root directory themselves (autopkgtest's and piuparts' `chroot`):
+/// a fresh overlay of `layers` (top first) in `base` (upper/, work/, merged/, emptied first),
+/// and `command(merged)` run on this machine in a private mount namespace where the overlay
+/// is mounted at merged/, with /proc in it if `with_proc`. The mounts end with the command,
+/// even a killed one.
+pub fn run_on_overlay(
+    sh: &Shell,
+    layers: &[PathBuf],
+    base: &Path,
+    with_proc: bool,
+    command: impl FnOnce(&Path) -> Vec<String>,
+) -> Result<std::process::Output> {
+    xtask_base::files::fresh_dir(base)?;
+    let (upper, work, merged) = (base.join("upper"), base.join("work"), base.join("merged"));
+    for d in [&upper, &work, &merged] {
+        fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+    }
+    let lower = layers
+        .iter()
+        .map(|l| l.display().to_string())
+        .collect::<Vec<_>>()
+        .join(":");
+    let args = command(&merged);
+    let program = args.first().cloned().unwrap_or_default();
+    let proc = if with_proc {
+        "mount -t proc proc $merged/proc;"
+    } else {
+        ""
+    };
+    let script = format!(
+        "set -e; lower=$1 upper=$2 work=$3 merged=$4; shift 4; \
+         mount -t overlay overlay -o lowerdir=$lower,upperdir=$upper,workdir=$work $merged; \
+         {proc} rc=0; \"$@\" || rc=$?; exit $rc"
+    );
+    cmd!(
+        sh,
+        "unshare --mount --propagation private --fork -- sh -c {script} sh {lower} {upper} {work} {merged} {args...}"
+    )
+    .quiet()
+    .ignore_status()
+    .output()
+    .with_context(|| format!("running {program} (unshare, util-linux)"))
+}
+
 /// The script that mounts a root and runs a command chrooted in it; run inside `unshare
 /// --mount`, so the mounts end with the namespace.
 fn in_root_script() -> Result<PathBuf> {

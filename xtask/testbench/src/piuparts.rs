@@ -1,0 +1,109 @@
+//! The packages under piuparts, Debian's install and purge tester: each set is installed into
+//! a copy of a package-test root and purged, and piuparts compares the root before and after
+//! (files left behind, changed or removed; processes left running; dpkg's state). Two sets, as
+//! the packages are used:
+//!
+//! - `host`: the four packages on the root with DKMS and the VM kernel's headers, so that the
+//!   postinst has DKMS build and install the module, and the purge must take both away;
+//! - `container`: libgdrapi and mtgdrcopy-tests on the bare minbase.
+//!
+//! piuparts copies the root it is given (`--existing-chroot`: here the merged view of a fresh
+//! overlay of the cached layers) and keeps its apt sources, which are this machine's
+//! (`--keep-sources-list`). Its verdict is its exit status; its log stays in build/piuparts/.
+//! The one file allowed to stay is DKMS's signing key pair (without `--ignore` for it, the host
+//! set fails: "Package purging left files on system"). piuparts ignores /lib/modules by
+//! default, so the module file's removal is the install test's to check (pkgtest/dkms.rs).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{ensure, Result};
+use xshell::Shell;
+
+use crate::autopkgtest::release_debs;
+use crate::pkgtest::dkms::KEPT_BY_DKMS;
+use crate::pkgtest::root;
+use crate::step::timed;
+use xtask_base::{files, host, paths};
+use xtask_pack::stage::Package;
+
+/// The step of `cargo xtask test`.
+pub const STEP: &str =
+    "packages: piuparts install and purge, nothing left (bookworm roots: host with DKMS, container)";
+
+pub fn test_step(sh: &Shell) -> Result<()> {
+    host::ensure_host_packages(&["piuparts"])?;
+    let debs = release_debs(sh)?;
+    let dir = paths::build_dir().join("piuparts");
+    let _lock = files::lock_file(&dir.join(".lock"), "running piuparts")?;
+
+    let t = Instant::now();
+    let kernel = crate::kernel::bookworm_kernel()?;
+    let host_layers = root::dkms_layers(sh, &kernel)?;
+    let minbase = root::minbase(sh)?;
+    timed("cached root layers ready", t);
+
+    let t = Instant::now();
+    let all: Vec<&Path> = debs.iter().map(|(_, p)| p.as_path()).collect();
+    let host_result = piuparts(sh, &dir, "host", &host_layers, &all);
+    timed("host root (DKMS, headers): piuparts", t);
+
+    let t = Instant::now();
+    let container: Vec<&Path> = debs
+        .iter()
+        .filter(|(p, _)| matches!(p, Package::Lib | Package::Tests))
+        .map(|(_, p)| p.as_path())
+        .collect();
+    let container_result = piuparts(sh, &dir, "container", &[minbase], &container);
+    timed("container root (minbase): piuparts", t);
+    host_result.and(container_result)
+}
+
+/// piuparts' install and purge test of `debs` on a copy of the root made of `layers`.
+fn piuparts(sh: &Shell, dir: &Path, name: &str, layers: &[PathBuf], debs: &[&Path]) -> Result<()> {
+    let log = dir.join(format!("{name}.log"));
+    // Where piuparts makes its copy of the root: outside the overlay, on the same disk.
+    let copies = dir.join(format!("{name}.tmp"));
+    files::fresh_dir(&copies)?;
+    let _ = fs::remove_file(&log);
+    // No /proc in the root given: piuparts copies it (`cp -ax` of each top directory) and
+    // mounts its own in the copy.
+    let output = root::run_on_overlay(sh, layers, &dir.join(name), false, |merged| {
+        let mut args: Vec<String> = [
+            "piuparts",
+            "--distribution=bookworm",
+            "--keep-sources-list",
+            "--no-upgrade-test",
+        ]
+        .map(String::from)
+        .into();
+        args.push(format!("--existing-chroot={}", merged.display()));
+        args.push(format!("--tmpdir={}", copies.display()));
+        args.push(format!("--log-file={}", log.display()));
+        for kept in KEPT_BY_DKMS {
+            args.push(format!("--ignore={kept}"));
+        }
+        args.extend(debs.iter().map(|d| d.display().to_string()));
+        args
+    })?;
+    let text = fs::read_to_string(&log).unwrap_or_else(|_| {
+        String::from_utf8_lossy(&[&output.stdout[..], &output.stderr[..]].concat()).into_owned()
+    });
+    let lines: Vec<&str> = text.lines().collect();
+    let verdict = lines
+        .iter()
+        .rev()
+        .find(|l| l.contains("PASS:") || l.contains("FAIL:"))
+        .copied()
+        .unwrap_or("no verdict");
+    eprintln!("    {name}: {}", verdict.trim());
+    ensure!(
+        output.status.success(),
+        "piuparts on the {name} root exited {:?}:\n{}\n(all of it: {})",
+        output.status.code(),
+        lines[lines.len().saturating_sub(40)..].join("\n"),
+        log.display()
+    );
+    files::remove_any(&copies)
+}
