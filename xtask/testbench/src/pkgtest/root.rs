@@ -304,14 +304,6 @@ pub fn dkms_layers(sh: &Shell, kernel: &Kernel) -> Result<Vec<PathBuf>> {
     if dir.join(STAMP).exists() {
         return Ok(vec![dir, minbase]);
     }
-    // Layers for another kernel or recipe are not used again.
-    for entry in fs::read_dir(roots_dir(SUITE))?.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with("dkms-") && entry.path() != dir {
-            fs::remove_dir_all(entry.path())
-                .with_context(|| format!("removing {}", entry.path().display()))?;
-        }
-    }
     let headers = format!("linux-headers-{release}={version}");
     let packages = ["dkms", &headers, "udev", "openssl", "libc6-dev", "pkgconf"];
     build_package_layer(sh, &dir, &minbase, &packages, |root| {
@@ -329,7 +321,7 @@ pub fn dkms_layers(sh: &Shell, kernel: &Kernel) -> Result<Vec<PathBuf>> {
 }
 
 /// Changes whenever `dkms_layers` installs something else, so that cached layers are rebuilt.
-const DKMS_LAYER_RECIPE: &str = "r3";
+const DKMS_LAYER_RECIPE: &str = "r4";
 
 /// Marks a complete layer.
 const STAMP: &str = ".mtgdrcopy-layer-complete";
@@ -353,7 +345,7 @@ const BULLSEYE_PACKAGES: &[&str] = &[
     "sudo",
     "dpkg-dev",
 ];
-const BULLSEYE_RECIPE: &str = "r2";
+const BULLSEYE_RECIPE: &str = "r3";
 
 /// The layers of the Debian 11 (bullseye, glibc 2.31) root, top first: [`BULLSEYE_PACKAGES`]
 /// on bullseye's minbase. Made once from the machine's archive, then cached.
@@ -368,8 +360,9 @@ pub fn bullseye_layers(sh: &Shell) -> Result<Vec<PathBuf>> {
     Ok(vec![dir, minbase])
 }
 
-/// Makes `dir`, once: `packages` installed over `minbase` from the host's apt sources, then
-/// `finish` run in the root, then apt's cache cleaned out of the layer.
+/// Makes `dir` (`dkms-…` beside minbase), once: `packages` installed over `minbase` from the
+/// host's apt sources, then `finish` run in the root, then apt's cache cleaned out of the
+/// layer. The suite's other `dkms-…` layers (another kernel or recipe) go: nothing uses them.
 fn build_package_layer(
     sh: &Shell,
     dir: &Path,
@@ -377,6 +370,14 @@ fn build_package_layer(
     packages: &[&str],
     finish: impl FnOnce(&Root) -> Result<()>,
 ) -> Result<()> {
+    let suite_dir = dir.parent().context("a layer directory has a parent")?;
+    for entry in fs::read_dir(suite_dir)?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("dkms-") && entry.path() != dir {
+            fs::remove_dir_all(entry.path())
+                .with_context(|| format!("removing {}", entry.path().display()))?;
+        }
+    }
     build_layer(dir, |tmp, scratch| {
         eprintln!(
             "xtask: installing {} in a root layer (once; cached in {})",
