@@ -101,8 +101,8 @@ fn quote(s: &str) -> String {
 }
 
 /// The guest script: each distinct command once, its output and status kept and shown; then
-/// every check, each printing `MTGDRCOPY-CORPUS ok|fail LINE`, and the output of a command with
-/// a failed check.
+/// the checks as the TAP 14 subtest `upstream corpus`, test point K the K-th check, named by
+/// its corpus line, with the output of a command whose check failed as TAP comments.
 fn guest_script(checks: &[Check]) -> String {
     let mut commands: Vec<&str> = Vec::new();
     for c in checks {
@@ -119,13 +119,17 @@ fn guest_script(checks: &[Check]) -> String {
         let _ = writeln!(
             s,
             "( {cmd} ) >/tmp/corpus/{n}.out 2>/tmp/corpus/{n}.err; echo $? >/tmp/corpus/{n}.rc\n\
-             echo \"MTGDRCOPY-CORPUS-COMMAND {n} exit $(cat /tmp/corpus/{n}.rc): \"{}\n\
+             echo \"# corpus command {n}, exit $(cat /tmp/corpus/{n}.rc): \"{}\n\
              sed 's/^/  out| /' /tmp/corpus/{n}.out; sed 's/^/  err| /' /tmp/corpus/{n}.err",
             quote(cmd)
         );
     }
-    s += "step checks\n";
-    for c in checks {
+    let _ = writeln!(
+        s,
+        "step checks\nfailed=0\necho '# Subtest: upstream corpus'\necho '    1..{}'",
+        checks.len()
+    );
+    for (k, c) in checks.iter().enumerate() {
         let n = commands
             .iter()
             .position(|x| *x == c.command)
@@ -145,28 +149,42 @@ fn guest_script(checks: &[Check]) -> String {
         };
         let _ = writeln!(
             s,
-            "if {test}; then echo 'MTGDRCOPY-CORPUS ok {line}'; else echo 'MTGDRCOPY-CORPUS fail \
-             {line}'; echo \"  exit $(cat /tmp/corpus/{n}.rc); stdout, stderr:\"; \
-             sed 's/^/  | /' /tmp/corpus/{n}.out /tmp/corpus/{n}.err | head -n 60; fi",
+            "if {test}; then echo '    ok {k} - corpus.txt:{line}'; else \
+             echo '    not ok {k} - corpus.txt:{line}'; failed=$((failed + 1)); \
+             echo \"    # exit $(cat /tmp/corpus/{n}.rc); stdout, stderr:\"; \
+             sed 's/^/    # | /' /tmp/corpus/{n}.out /tmp/corpus/{n}.err | head -n 60; fi",
+            k = k + 1,
             line = c.line
         );
     }
+    let _ = writeln!(
+        s,
+        "echo \"    # $(({} - failed)) passed, $failed failed, 0 skipped\"\n\
+         if [ $failed = 0 ]; then echo 'ok - upstream corpus'; else echo 'not ok - upstream corpus'; fi",
+        checks.len()
+    );
     s += "step done\nexit 0\n";
     s
 }
 
-/// The checks that did not pass, from the console: failed ones and those never reported.
+/// The corpus lines of the checks that did not pass, from the console's `upstream corpus`
+/// subtest: failed ones and those never reported (all of them without one such subtest).
 fn judge(checks: &[Check], console: &str) -> Vec<usize> {
-    let mut ok = std::collections::BTreeSet::new();
-    for l in vmtest::marked(console, "MTGDRCOPY-CORPUS ok ") {
-        if let Ok(n) = l.trim().parse::<usize>() {
-            ok.insert(n);
-        }
-    }
+    let runs = vmtest::subtests(console, "upstream");
+    let passed: std::collections::BTreeSet<usize> = match runs.as_slice() {
+        [run] => run
+            .points
+            .iter()
+            .filter(|(_, ok, skipped)| *ok && !*skipped)
+            .map(|(k, _, _)| *k)
+            .collect(),
+        _ => Default::default(),
+    };
     checks
         .iter()
-        .map(|c| c.line)
-        .filter(|n| !ok.contains(n))
+        .enumerate()
+        .filter(|(k, _)| !passed.contains(&(k + 1)))
+        .map(|(_, c)| c.line)
         .collect()
 }
 
@@ -254,10 +272,45 @@ mod tests {
         assert!(s.contains("[ \"$(cat /tmp/corpus/0.rc)\" = 0 ]"));
     }
 
+    /// The guest script run by this machine's sh, its corpus files in a directory of its own:
+    /// the script and the judge are tested together.
+    fn console_of(checks: &[Check]) -> String {
+        let dir = std::env::temp_dir().join(format!("corpus-test-{}", std::process::id()));
+        let script = guest_script(checks).replace("/tmp/corpus", &dir.display().to_string());
+        let out = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    }
+
     #[test]
-    fn unreported_and_failed_checks_are_failures() {
-        let checks = parse("a ==> exit 0\na ==> out~ x\nb ==> out~ y\n").unwrap();
-        let console = "MTGDRCOPY-CORPUS ok 1\nMTGDRCOPY-CORPUS fail 2\n";
-        assert_eq!(judge(&checks, console), vec![2, 3]);
+    fn the_corpus_is_a_tap_subtest_and_failed_or_missing_checks_fail() {
+        let checks =
+            parse("echo x ==> out~ x\necho x ==> exit 0\nfalse ==> exit 0\necho y ==> out~ z\n")
+                .unwrap();
+        let console = console_of(&checks);
+        assert_eq!(judge(&checks, &console), vec![3, 4], "{console}");
+        let runs = vmtest::subtests(&console, "upstream");
+        assert_eq!(runs.len(), 1);
+        assert!(runs[0].fault().is_some());
+        let failed: Vec<usize> = runs[0]
+            .points
+            .iter()
+            .filter(|p| !p.1)
+            .map(|p| p.0)
+            .collect();
+        assert_eq!(failed, vec![3, 4]);
+        assert_eq!(runs[0].summary, "2 passed, 2 failed, 0 skipped");
+
+        let passing = parse("echo x ==> out~ x\necho x ==> exit 0\n").unwrap();
+        let console = console_of(&passing);
+        assert!(judge(&passing, &console).is_empty(), "{console}");
+        // A console cut short: a subtest never closed counts for nothing.
+        let cut = &console[..console.find("    ok 2").unwrap()];
+        assert_eq!(judge(&passing, cut), vec![1, 2]);
+        assert_eq!(judge(&passing, ""), vec![1, 2]);
     }
 }

@@ -26,7 +26,7 @@ pub use debug::STEP as DEBUG_KERNEL_STEP;
 use guest::module_vm;
 pub use guest::tools_vm;
 use judge::{check_tool_statuses, judge};
-pub use judge::{marked, print_guest_steps};
+pub use judge::{marked, print_guest_steps, subtests};
 pub(crate) use script::load_only;
 use script::{ENVIRONMENT, SANITY_FUNCTION, SCRIPT};
 

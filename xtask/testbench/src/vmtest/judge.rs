@@ -118,24 +118,25 @@ pub(super) fn sanity_runs_in(script: &str) -> Vec<&str> {
         .collect()
 }
 
-/// One sanity run read from the console: the TAP 14 subtest that `sanity_run` wrote.
+/// A TAP 14 subtest read from the console: a sanity run (`sanity_run` writes it) or the
+/// upstream corpus' checks.
 #[derive(Debug, Default)]
-struct SanityRun {
+pub struct Subtest {
     name: String,
     /// The subtest's plan, `1..N`.
     plan: Option<usize>,
     /// Its test points: number, passed, skipped.
-    points: Vec<(usize, bool, bool)>,
+    pub points: Vec<(usize, bool, bool)>,
     /// Its `# N passed, N failed, N skipped` comment.
-    summary: String,
+    pub summary: String,
     /// The run's own test point: `ok` when the suite exited 0.
     ok: bool,
 }
 
-impl SanityRun {
+impl Subtest {
     /// What is wrong with the run, if anything: it exited with an error, a case failed, or its
     /// test points are not the plan's (a run cut short, or no case run).
-    fn fault(&self) -> Option<String> {
+    pub fn fault(&self) -> Option<String> {
         let numbers: Vec<usize> = self.points.iter().map(|p| p.0).collect();
         let expected: Vec<usize> = (1..=self.plan.unwrap_or(0)).collect();
         if !self.ok {
@@ -152,17 +153,19 @@ impl SanityRun {
     }
 }
 
-/// The sanity runs of a console, in order: each `# Subtest: sanity NAME`, its indented TAP
-/// lines, up to its own `ok`/`not ok - sanity NAME` line. Lines that are not TAP (the kernel's,
-/// the suite's messages on standard error) are passed over.
-fn sanity_runs(console: &str) -> Vec<SanityRun> {
+/// The subtests of `kind` in a console, in order: each `# Subtest: KIND NAME`, its indented
+/// TAP lines, up to its own `ok`/`not ok - KIND NAME` line. Lines that are not TAP (the
+/// kernel's, the programs' messages on standard error) are passed over.
+pub fn subtests(console: &str, kind: &str) -> Vec<Subtest> {
+    let opening = format!("# Subtest: {kind} ");
+    let (passed, failed) = (format!("ok - {kind} "), format!("not ok - {kind} "));
     let mut runs = Vec::new();
-    let mut run: Option<SanityRun> = None;
+    let mut run: Option<Subtest> = None;
     for line in console.lines().map(|l| l.trim_end_matches('\r')) {
-        if let Some(name) = line.strip_prefix("# Subtest: sanity ") {
-            run = Some(SanityRun {
+        if let Some(name) = line.strip_prefix(opening.as_str()) {
+            run = Some(Subtest {
                 name: name.trim().to_string(),
-                ..SanityRun::default()
+                ..Subtest::default()
             });
             continue;
         }
@@ -184,9 +187,9 @@ fn sanity_runs(console: &str) -> Vec<SanityRun> {
                     .points
                     .push((number.unwrap_or(0), ok, rest.contains(" # SKIP")));
             }
-        } else if let Some(ok) = [("ok - sanity ", true), ("not ok - sanity ", false)]
+        } else if let Some(ok) = [(&passed, true), (&failed, false)]
             .iter()
-            .find_map(|(p, ok)| line.starts_with(p).then_some(*ok))
+            .find_map(|(p, ok)| line.starts_with(p.as_str()).then_some(*ok))
         {
             current.ok = ok;
             runs.extend(run.take());
@@ -197,7 +200,7 @@ fn sanity_runs(console: &str) -> Vec<SanityRun> {
 
 /// The sanity suite ran once per `expected` name, in that order, and each run passed.
 fn check_sanity_runs(console: &str, expected: &[&str], log: &Path) -> Result<()> {
-    let runs = sanity_runs(console);
+    let runs = subtests(console, "sanity");
     for run in &runs {
         eprintln!("      guest sanity, {}: {}", run.name, run.summary);
         if let Some(fault) = run.fault() {
