@@ -132,7 +132,7 @@ impl Root {
         let (upper, work, merged) = (&self.upper, &self.work, &self.merged);
         let out = cmd!(
             sh,
-            "unshare --mount --propagation private --fork -- sh {wrapper} {lower} {upper} {work} {merged} /usr/bin/env -i {PATH} HOME=/root LC_ALL=C DEBIAN_FRONTEND=noninteractive {args...}"
+            "unshare --mount --propagation private --fork -- sh {wrapper} chroot {lower} {upper} {work} {merged} /usr/bin/env -i {PATH} HOME=/root LC_ALL=C DEBIAN_FRONTEND=noninteractive {args...}"
         )
         .quiet()
         .ignore_status()
@@ -433,9 +433,8 @@ fn build_layer(dir: &Path, build: impl FnOnce(&Path, &Path) -> Result<()>) -> Re
 
 /// For the tools that take a root directory themselves (autopkgtest's and piuparts' `chroot`):
 /// a fresh overlay of `layers` (top first) in `base` (upper/, work/, merged/, emptied first),
-/// and `command(merged)` run on this machine in a private mount namespace where the overlay
-/// is mounted at merged/, with /proc in it if `with_proc`. The mounts end with the command,
-/// even a killed one.
+/// and `command(merged)` run on this machine by the same mount script as [`Root::output`]'s,
+/// with /proc in the root if `with_proc`. The mounts end with the command, even a killed one.
 pub fn run_on_overlay(
     sh: &Shell,
     layers: &[PathBuf],
@@ -455,24 +454,23 @@ pub fn run_on_overlay(
         .join(":");
     let args = command(&merged);
     let program = args.first().cloned().unwrap_or_default();
-    let proc = if with_proc {
-        "mount -t proc proc $merged/proc;"
-    } else {
-        ""
-    };
-    let script = format!(
-        "set -e; lower=$1 upper=$2 work=$3 merged=$4; shift 4; \
-         mount -t overlay overlay -o lowerdir=$lower,upperdir=$upper,workdir=$work $merged; \
-         {proc} rc=0; \"$@\" || rc=$?; exit $rc"
-    );
-    cmd!(
+    let wrapper = in_root_script()?;
+    let mode = if with_proc { "host" } else { "host-no-proc" };
+    let out = cmd!(
         sh,
-        "unshare --mount --propagation private --fork -- sh -c {script} sh {lower} {upper} {work} {merged} {args...}"
+        "unshare --mount --propagation private --fork -- sh {wrapper} {mode} {lower} {upper} {work} {merged} {args...}"
     )
     .quiet()
     .ignore_status()
     .output()
-    .with_context(|| format!("running {program} (unshare, util-linux)"))
+    .with_context(|| format!("running {program} (unshare, util-linux)"))?;
+    if out.status.code() == Some(125) {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if stderr.contains("in-root.sh:") {
+            bail!("{}", stderr.trim());
+        }
+    }
+    Ok(out)
 }
 
 /// The script that mounts a root and runs a command chrooted in it; run inside `unshare
@@ -481,12 +479,14 @@ fn in_root_script() -> Result<PathBuf> {
     let path = paths::build_dir().join("pkgtest/in-root.sh");
     let text = r#"#!/bin/sh
 # Written by cargo xtask test.
-#   sh in-root.sh LOWER UPPER WORK MERGED COMMAND...
+#   sh in-root.sh MODE LOWER UPPER WORK MERGED COMMAND...
 # mounts the overlay LOWER (colon-separated layers, top first; "-": UPPER alone) + UPPER at
-# MERGED, /proc in it, and runs COMMAND chrooted there. Run inside `unshare --mount`.
+# MERGED and runs COMMAND: MODE chroot, chrooted in MERGED with /proc mounted there; host, on
+# this machine with the same /proc; host-no-proc, on this machine without it (for a tool that
+# copies the root and mounts its own). Run inside `unshare --mount`.
 set -e
-lower=$1 upper=$2 work=$3 merged=$4
-shift 4
+mode=$1 lower=$2 upper=$3 work=$4 merged=$5
+shift 5
 fail() {
 	echo "in-root.sh: cannot mount $1 (root with CAP_SYS_ADMIN is needed; in a container, run it privileged)" >&2
 	exit 125
@@ -497,7 +497,8 @@ else
 	mount -t overlay overlay -o "lowerdir=$lower,upperdir=$upper,workdir=$work" "$merged" ||
 		fail "the overlay of $lower"
 fi
-mount -t proc proc "$merged/proc" || fail /proc
+[ "$mode" = host-no-proc ] || mount -t proc proc "$merged/proc" || fail /proc
+[ "$mode" = chroot ] || exec "$@"
 exec chroot "$merged" "$@"
 "#;
     if fs::read_to_string(&path).ok().as_deref() != Some(text) {
