@@ -59,61 +59,82 @@ pub fn test_step(sh: &Shell) -> Result<()> {
         "debian/tests/control has no {CONTAINER_TEST} test"
     );
 
-    let t = Instant::now();
-    let kernel = crate::kernel::bookworm_kernel()?;
-    let host_layers = root::dkms_layers(sh, &kernel)?;
-    let minbase = root::minbase(sh)?;
-    timed("cached root layers ready", t);
-
-    let t = Instant::now();
+    let [host, container] = test_roots(sh, &debs)?;
     let on_host: Vec<String> = tests
         .iter()
         .filter(|t| *t != CONTAINER_TEST)
         .cloned()
         .collect();
-    let all: Vec<&Path> = debs.iter().map(|(_, p)| p.as_path()).collect();
-    let host_run = Testbed {
-        name: "host",
-        layers: host_layers,
-        debs: all,
-        tests: on_host,
-    };
-    let host_result = host_run.run(sh, &dir, &source);
-    timed("host root (DKMS, headers): autopkgtest", t);
-
-    let t = Instant::now();
-    let container_debs: Vec<&Path> = debs
-        .iter()
-        .filter(|(p, _)| matches!(p, Package::Lib | Package::Tests))
-        .map(|(_, p)| p.as_path())
-        .collect();
-    let container_run = Testbed {
-        name: "container",
-        layers: vec![minbase],
-        debs: container_debs,
-        tests: vec![CONTAINER_TEST.to_owned()],
-    };
-    let container_result = container_run.run(sh, &dir, &source);
-    timed("container root (minbase): autopkgtest", t);
-    host_result.and(container_result)
+    let runs = [
+        (host, on_host),
+        (container, vec![CONTAINER_TEST.to_owned()]),
+    ];
+    let mut results = Vec::new();
+    for (root, tests) in runs {
+        let t = Instant::now();
+        let testbed = Testbed { root, tests };
+        results.push(testbed.run(sh, &dir, &source));
+        timed(&format!("{}: autopkgtest", testbed.root.what), t);
+    }
+    results.into_iter().collect()
 }
 
-/// A testbed: a root of `layers`, the `debs` autopkgtest may install, the `tests` it runs.
-struct Testbed<'a> {
-    name: &'static str,
-    layers: Vec<PathBuf>,
-    debs: Vec<&'a Path>,
+/// A root both Debian tools test the packages on: its `layers` (top first) and the `debs` that
+/// go into it.
+pub(crate) struct TestRoot {
+    pub name: &'static str,
+    /// For the log.
+    pub what: &'static str,
+    pub layers: Vec<PathBuf>,
+    pub debs: Vec<PathBuf>,
+}
+
+/// The two roots, each tested apart (a chroot testbed is not reverted between tests):
+/// `host`, DKMS and the VM kernel's headers on minbase, gets every package; `container`, the
+/// bare minbase (a container image's stand-in), gets libgdrapi and mtgdrcopy-tests.
+pub(crate) fn test_roots(sh: &Shell, debs: &[(Package, PathBuf)]) -> Result<[TestRoot; 2]> {
+    let t = Instant::now();
+    let kernel = crate::kernel::bookworm_kernel()?;
+    let host_layers = root::dkms_layers(sh, &kernel)?;
+    let minbase = root::minbase(sh)?;
+    timed("cached root layers ready", t);
+    let paths = |keep: fn(&Package) -> bool| -> Vec<PathBuf> {
+        debs.iter()
+            .filter(|(p, _)| keep(p))
+            .map(|(_, d)| d.clone())
+            .collect()
+    };
+    Ok([
+        TestRoot {
+            name: "host",
+            what: "host root (DKMS, headers)",
+            layers: host_layers,
+            debs: paths(|_| true),
+        },
+        TestRoot {
+            name: "container",
+            what: "container root (minbase)",
+            layers: vec![minbase],
+            debs: paths(|p| matches!(p, Package::Lib | Package::Tests)),
+        },
+    ])
+}
+
+/// A testbed: a root and the `tests` autopkgtest runs in it.
+struct Testbed {
+    root: TestRoot,
     tests: Vec<String>,
 }
 
-impl Testbed<'_> {
+impl Testbed {
     /// Runs autopkgtest on a fresh overlay of the layers; Ok when every test passed.
     fn run(&self, sh: &Shell, dir: &Path, source: &Path) -> Result<()> {
-        let base = dir.join(self.name);
+        let name = self.root.name;
+        let base = dir.join(name);
         let out = base.join("out");
         let summary = base.join("summary");
         // /proc in the root is DKMS's need; the rest of /dev is what debootstrap made.
-        let output = root::run_on_overlay(sh, &self.layers, &base, true, |merged| {
+        let output = root::run_on_overlay(sh, &self.root.layers, &base, true, |merged| {
             let mut args: Vec<String> = vec![
                 "autopkgtest".into(),
                 "--no-built-binaries".into(),
@@ -123,7 +144,7 @@ impl Testbed<'_> {
             for test in &self.tests {
                 args.push(format!("--test-name={test}"));
             }
-            args.extend(self.debs.iter().map(|d| d.display().to_string()));
+            args.extend(self.root.debs.iter().map(|d| d.display().to_string()));
             args.push(format!("{}/", source.display()));
             args.extend(["--".into(), "chroot".into(), merged.display().to_string()]);
             args
@@ -134,7 +155,7 @@ impl Testbed<'_> {
         let summary_text = fs::read_to_string(&summary).unwrap_or_default();
         let verdicts = parse_summary(&summary_text);
         for (test, verdict, rest) in &verdicts {
-            eprintln!("    {}: {test} {verdict} {rest}", self.name);
+            eprintln!("    {name}: {test} {verdict} {rest}");
         }
         let missing: Vec<&String> = self
             .tests
@@ -152,7 +173,7 @@ impl Testbed<'_> {
         bail!(
             "autopkgtest on the {} root exited {} ({}); not passed: {missing:?}\n{}\n\
              (all output: {}; per test: {})",
-            self.name,
+            name,
             status.map_or("by a signal".into(), |c| c.to_string()),
             meaning(status),
             tail(&output.stderr),

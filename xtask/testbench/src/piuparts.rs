@@ -15,18 +15,17 @@
 //! default, so the module file's removal is the install test's to check (pkgtest/dkms.rs).
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{ensure, Result};
 use xshell::Shell;
 
-use crate::autopkgtest::release_debs;
+use crate::autopkgtest::{release_debs, test_roots, TestRoot};
 use crate::pkgtest::dkms::KEPT_BY_DKMS;
 use crate::pkgtest::root;
 use crate::step::timed;
 use xtask_base::{files, host, paths};
-use xtask_pack::stage::Package;
 
 /// The step of `cargo xtask test`.
 pub const STEP: &str =
@@ -38,30 +37,18 @@ pub fn test_step(sh: &Shell) -> Result<()> {
     let dir = paths::build_dir().join("piuparts");
     let _lock = files::lock_file(&dir.join(".lock"), "running piuparts")?;
 
-    let t = Instant::now();
-    let kernel = crate::kernel::bookworm_kernel()?;
-    let host_layers = root::dkms_layers(sh, &kernel)?;
-    let minbase = root::minbase(sh)?;
-    timed("cached root layers ready", t);
-
-    let t = Instant::now();
-    let all: Vec<&Path> = debs.iter().map(|(_, p)| p.as_path()).collect();
-    let host_result = piuparts(sh, &dir, "host", &host_layers, &all);
-    timed("host root (DKMS, headers): piuparts", t);
-
-    let t = Instant::now();
-    let container: Vec<&Path> = debs
-        .iter()
-        .filter(|(p, _)| matches!(p, Package::Lib | Package::Tests))
-        .map(|(_, p)| p.as_path())
-        .collect();
-    let container_result = piuparts(sh, &dir, "container", &[minbase], &container);
-    timed("container root (minbase): piuparts", t);
-    host_result.and(container_result)
+    let mut results = Vec::new();
+    for root in test_roots(sh, &debs)? {
+        let t = Instant::now();
+        results.push(piuparts(sh, &dir, &root));
+        timed(&format!("{}: piuparts", root.what), t);
+    }
+    results.into_iter().collect()
 }
 
-/// piuparts' install and purge test of `debs` on a copy of the root made of `layers`.
-fn piuparts(sh: &Shell, dir: &Path, name: &str, layers: &[PathBuf], debs: &[&Path]) -> Result<()> {
+/// piuparts' install and purge test of the root's .debs on a copy of it.
+fn piuparts(sh: &Shell, dir: &Path, root: &TestRoot) -> Result<()> {
+    let name = root.name;
     let log = dir.join(format!("{name}.log"));
     // Where piuparts makes its copy of the root: outside the overlay, on the same disk.
     let copies = dir.join(format!("{name}.tmp"));
@@ -69,7 +56,7 @@ fn piuparts(sh: &Shell, dir: &Path, name: &str, layers: &[PathBuf], debs: &[&Pat
     let _ = fs::remove_file(&log);
     // No /proc in the root given: piuparts copies it (`cp -ax` of each top directory) and
     // mounts its own in the copy.
-    let output = root::run_on_overlay(sh, layers, &dir.join(name), false, |merged| {
+    let output = root::run_on_overlay(sh, &root.layers, &dir.join(name), false, |merged| {
         let mut args: Vec<String> = [
             "piuparts",
             "--distribution=bookworm",
@@ -84,7 +71,7 @@ fn piuparts(sh: &Shell, dir: &Path, name: &str, layers: &[PathBuf], debs: &[&Pat
         for kept in KEPT_BY_DKMS {
             args.push(format!("--ignore={kept}"));
         }
-        args.extend(debs.iter().map(|d| d.display().to_string()));
+        args.extend(root.debs.iter().map(|d| d.display().to_string()));
         args
     })?;
     let text = fs::read_to_string(&log).unwrap_or_else(|_| {
