@@ -189,7 +189,7 @@ fn guest_script(profile: &Profile) -> String {
          \x20 for f in txt err json; do\n\
          \x20   [ -f $B/$name.$f ] && sed \"s/^/MTGDRCOPY-BENCH $name.$f /\" $B/$name.$f\n\
          \x20 done\n\
-         \x20 [ $rc -eq 0 ] || { echo \"MTGDRCOPY-FAIL $name exited with $rc\"; exit 1; }\n\
+         \x20 [ $rc -eq 0 ] || { echo \"Bail out! $name exited with $rc\"; exit 1; }\n\
          }\n",
     );
     for tool in TOOLS {
@@ -234,7 +234,7 @@ fn run_in_vm(sh: &Shell, profile: &Profile, out: &Path) -> Result<Vec<(Tool, Rep
     if outcome.exit_code != Some(0) {
         let failure = console
             .lines()
-            .find_map(|l| l.split_once("MTGDRCOPY-FAIL ").map(|(_, r)| r.to_string()))
+            .find_map(|l| l.split_once("Bail out! ").map(|(_, r)| r.to_string()))
             .unwrap_or_else(|| format!("the guest script exited with {:?}", outcome.exit_code));
         let stderr: String = files
             .iter()

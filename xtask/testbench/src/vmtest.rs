@@ -3,6 +3,7 @@
 //! the guest script ([`script`]): load, test, unload; and judge the run ([`judge`]) by the
 //! tests' exit code, the kernel log and the leak counters.
 
+mod checks;
 mod debug;
 mod doctor;
 mod from_source;
@@ -25,7 +26,7 @@ use crate::vm;
 pub use debug::STEP as DEBUG_KERNEL_STEP;
 use guest::module_vm;
 pub use guest::tools_vm;
-use judge::{check_tool_statuses, judge};
+use judge::judge;
 pub use judge::{marked, print_guest_steps, subtests};
 pub(crate) use script::load_only;
 use script::{ENVIRONMENT, SANITY_FUNCTION, SCRIPT};
@@ -100,6 +101,7 @@ pub(crate) fn run_module_tests_as(sh: &Shell, kernel: &Kernel, variant: &Variant
     };
     spec.script = variant.head.clone()
         + &SCRIPT
+            .replace("@CHECKS_FUNCTIONS@\n", checks::FUNCTIONS)
             .replace("@DOCTOR_FUNCTION@\n", doctor::FUNCTION)
             .replace("@SANITY_FUNCTION@\n", SANITY_FUNCTION)
             .replace("@ENVIRONMENT@", ENVIRONMENT)
@@ -107,7 +109,6 @@ pub(crate) fn run_module_tests_as(sh: &Shell, kernel: &Kernel, variant: &Variant
             .replace("@FUZZ_SEED@", &seed)
             .replace("@FUZZ_OPS@", &ops)
             .replace("@FROM_SOURCE@\n", &format!("{from_source}{}", variant.tail));
-    let expected_exits = doctor::exit_checks(&spec.script);
     let log = paths::build_dir()
         .join("vm")
         .join(format!("module-tests-{}.log", variant.log_name));
@@ -116,7 +117,7 @@ pub(crate) fn run_module_tests_as(sh: &Shell, kernel: &Kernel, variant: &Variant
     timed("VM run", t);
     print_guest_steps(&outcome.console);
     judge(&outcome, &spec.script, &log)?;
-    check_tool_statuses(&outcome.console, expected_exits, &log)?;
+    checks::check(&outcome.console, &spec.script, &log)?;
     let states = [doctor::LOADED_STATES.as_slice(), &doctor::OTHER_STATES].concat();
     doctor::check(&outcome.console, &states, &log)?;
     if !from_source.is_empty() {
@@ -126,6 +127,7 @@ pub(crate) fn run_module_tests_as(sh: &Shell, kernel: &Kernel, variant: &Variant
         let t = Instant::now();
         let outcome = vm::run(&spec, &log)?;
         outcome.ensure_passed("the mapping tests with x86 PAT off", &log)?;
+        checks::check(&outcome.console, &spec.script, &log)?;
         doctor::check(&outcome.console, &["nopat"], &log)?;
         timed("VM run with nopat", t);
     }
@@ -139,12 +141,14 @@ fn nopat_vm(spec: &vm::VmSpec, kernel: &Kernel) -> (vm::VmSpec, PathBuf) {
     let mut spec = spec.clone();
     spec.extra_cmdline = "nopat".into();
     spec.script = format!(
-        "{}\n{}\
-         dmesg | grep -q 'PAT support disabled' || {{ echo 'PAT is still on'; exit 1; }}\n\
-         rc=0\n\
+        "rc=0\n{}{}\n{}\
+         dmesg | grep -q 'PAT support disabled' || fail 'PAT is still on'\n\
+         checks_begin nopat\n\
          {}\n\
-         /opt/mtgdrcopy/vm_module --test-threads=1 basics:: lifetimes:: || rc=1\n\
+         /opt/mtgdrcopy/vm_module --test-threads=1 basics:: lifetimes::; point the mapping tests pass\n\
+         checks_end\n\
          exit $rc\n",
+        checks::FUNCTIONS,
         load_only(),
         doctor::FUNCTION,
         doctor::NOPAT_RUN

@@ -4,7 +4,7 @@ use super::installed::{LOAD_SCRIPT, SOFTDEP};
 
 const GUEST_SCRIPT: &str = r#"
 step() { echo "MTGDRCOPY-STEP $1 $(cut -d' ' -f1 /proc/uptime)"; }
-fail() { echo "MTGDRCOPY-FAIL $*"; exit 1; }
+fail() { echo "Bail out! $*"; exit 1; }
 KO=/lib/modules/$(uname -r)/updates/dkms/mtgdrdrv.ko
 export LD_LIBRARY_PATH=/usr/lib/mtgdrcopy/emu
 # The emulated libmusa is used only because the test suite allows it.

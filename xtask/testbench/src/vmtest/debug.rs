@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Result};
 use xshell::Shell;
 
-use super::{run_module_tests_as, Variant, HOST_PACKAGES};
+use super::{checks, run_module_tests_as, Variant, HOST_PACKAGES};
 use crate::debugkernel;
 use crate::kernel::Kernel;
 use crate::step::{timed, Step};
@@ -36,9 +36,9 @@ const FEWER_CYCLES: &str = "export MTGDRCOPY_STRESS_CYCLES=500\n";
 /// itself off after its first report (which the console then shows) but also, silently, when
 /// something taints the kernel; then nothing after was checked.
 const LOCKDEP_STILL_ON: &str = r#"step lockdep
-n=$(sed -n 's/^ *debug_locks: *//p' /proc/lockdep_stats)
-echo "MTGDRCOPY-DEBUG-LOCKS $n"
-[ "$n" = 1 ] || { echo "MTGDRCOPY-FAIL lockdep turned itself off during the run"; rc=1; }
+checks_begin lockdep
+grep -q '^ *debug_locks: *1$' /proc/lockdep_stats; point lockdep is still on after the run
+checks_end
 "#;
 
 pub fn test_step() -> Step<'static> {
@@ -74,15 +74,7 @@ fn run(sh: &Shell) -> Result<()> {
 /// reported the use-after-free, and the check failed at random.
 fn checkers_report(kernel: &Kernel) -> Result<()> {
     let spec = vm::VmSpec {
-        script:
-            r#"grep -q 'debug_locks: *1' /proc/lockdep_stats && echo "MTGDRCOPY-CHECKER lockdep"
-dmesg | grep -q 'KernelAddressSanitizer initialized' && echo "MTGDRCOPY-CHECKER kasan"
-dmesg | grep -q 'kfence: initialized' && echo "MTGDRCOPY-CHECKER kfence"
-echo 0 >/sys/module/kfence/parameters/sample_interval
-echo READ_AFTER_FREE >/sys/kernel/debug/provoke-crash/DIRECT
-exit 0
-"#
-            .into(),
+        script: format!("rc=0\n{}{CHECKERS_ON}", checks::FUNCTIONS),
         timeout: Duration::from_secs(300),
         ..vm::VmSpec::new(kernel.clone())
     };
@@ -90,17 +82,22 @@ exit 0
         .join("vm")
         .join(format!("debug-checkers-{}.log", kernel.release));
     let outcome = vm::run(&spec, &log)?;
-    judge_checkers(&outcome, &log)
+    judge_checkers(&outcome, &spec.script, &log)
 }
 
-fn judge_checkers(outcome: &vm::VmOutcome, log: &Path) -> Result<()> {
-    let on: Vec<&str> = super::judge::marked(&outcome.console, "MTGDRCOPY-CHECKER ").collect();
-    ensure!(
-        on.len() == 3,
-        "the debug kernel's checkers that are on: {on:?}, expected lockdep, kasan and kfence; \
-         full log: {}",
-        log.display()
-    );
+/// The checkers' boot: each says it is on, then LKDTM's use-after-free.
+const CHECKERS_ON: &str = r#"checks_begin checkers
+grep -q '^ *debug_locks: *1$' /proc/lockdep_stats; point lockdep is on
+dmesg | grep -q 'KernelAddressSanitizer initialized'; point KASAN is on
+dmesg | grep -q 'kfence: initialized'; point KFENCE is on
+checks_end
+echo 0 >/sys/module/kfence/parameters/sample_interval
+echo READ_AFTER_FREE >/sys/kernel/debug/provoke-crash/DIRECT
+exit 0
+"#;
+
+fn judge_checkers(outcome: &vm::VmOutcome, script: &str, log: &Path) -> Result<()> {
+    checks::check(&outcome.console, script, log)?;
     ensure!(
         outcome.exit_code == Some(0),
         "the LKDTM boot exited {:?}; full log: {}",

@@ -3,22 +3,22 @@
 //! one whose membership is not yet effective, mtgdrdrv unloaded, nothing at all (exit 77), the
 //! provider loaded with disable_driver=1, and x86 PAT off (the `nopat` boot). The guest marks
 //! every line the doctor prints with its state; [`check`] finds the exact line each state must
-//! produce, and the run's exit status is one of the script's `expect_exit` checks.
+//! produce, and the run's exit status is a test point of the script's checks (`checks.rs`).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{ensure, Result};
 
 /// The shell function the guest scripts call: `doctor STATE WANT [PREFIX...]` runs
-/// `PREFIX mtgdrcopy_doctor`, prints its exit status as the tools' checks do (`rc` is the
-/// script's verdict) and each of its lines marked `MTGDRCOPY-DOCTOR STATE `.
+/// `PREFIX mtgdrcopy_doctor`, prints each of its lines marked `MTGDRCOPY-DOCTOR STATE ` and
+/// writes its exit status as a test point of the open checks section (`checks::FUNCTIONS`).
 pub const FUNCTION: &str = r#"doctor() {
     state=$1; want=$2; shift 2
     "$@" mtgdrcopy_doctor >/tmp/doctor.out 2>&1
     got=$?
-    echo "MTGDRCOPY-EXIT want=$want got=$got mtgdrcopy_doctor ($state)"
     sed "s/^/MTGDRCOPY-DOCTOR $state /" /tmp/doctor.out
-    [ "$got" = "$want" ] || rc=1
+    [ "$got" = "$want" ]
+    point "mtgdrcopy_doctor ($state) exits $want (got $got)"
 }
 "#;
 
@@ -144,24 +144,17 @@ pub fn check(console: &str, states: &[&str], log: &Path) -> Result<()> {
     Ok(())
 }
 
-/// How many runs of the tools a script checks the exit status of: its `expect_exit` and
-/// `doctor` calls (counted, so that the count cannot drift from the script).
-pub fn exit_checks(script: &str) -> usize {
-    script
-        .lines()
-        .map(str::trim_start)
-        .filter(|l| l.starts_with("expect_exit ") || l.starts_with("doctor "))
-        .count()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn every_state_is_run_and_has_its_line() {
-        let script = format!("{FUNCTION}{}", loaded_states());
-        assert_eq!(exit_checks(&script), 4);
+        let script = format!("checks_begin tools\n{}checks_end\n", loaded_states());
+        assert_eq!(
+            super::super::checks::expected_sections(&script),
+            [("tools", 4)]
+        );
         let console = "MTGDRCOPY-DOCTOR healthy OK    mtgpu: fine\r\n\
                        MTGDRCOPY-DOCTOR healthy WARN  libmusa: x\n";
         let log = Path::new("log");

@@ -26,7 +26,7 @@ pub(super) struct Guest<'a> {
 
 const GUEST_SCRIPT: &str = r#"
 step() { echo "MTGDRCOPY-STEP $1 $(cut -d' ' -f1 /proc/uptime)"; }
-fail() { echo "MTGDRCOPY-FAIL $*"; exit 1; }
+fail() { echo "Bail out! $*"; exit 1; }
 export LD_LIBRARY_PATH=/usr/lib/mtgdrcopy/emu
 # The emulated libmusa is used only because the test suite allows it.
 export MTGDRCOPY_ALLOW_EMULATED_MUSA=1
