@@ -1,8 +1,9 @@
 //! `cargo xtask`: the project's build, codegen, packaging and test entry points.
 //! One module per subcommand; `main` only parses and dispatches. The subcommands are layered
-//! in crates: xtask-base (shared helpers, the build), xtask-pack (packaging) and xtask-testbench
-//! (the test bench: the VM, matrix and package tests, benchmarks, the test runner and checks);
-//! here are those that sit on all of them (codegen, release-check).
+//! in crates: xtask-base (shared helpers, the build), xtask-pack (packaging), xtask-testbench
+//! (the test bench: the VM, matrix and package tests, the test runner and checks) and
+//! xtask-benchmarks (`bench`, in the test bench's VM); here are those that sit on all of them
+//! (codegen, release-check).
 
 mod codegen;
 mod release;
@@ -68,9 +69,12 @@ enum Command {
     DebBundle(deb::Args),
     /// Same as deb-bundle (the old single-package name).
     Deb(deb::Args),
-    /// The test bench's commands (`test`, the VM, benchmarks, the matrix and package tests).
+    /// The test bench's commands (`test`, the VM, the matrix and package tests).
     #[command(flatten)]
-    Bench(xtask_testbench::Command),
+    Testbench(xtask_testbench::Command),
+    /// Run copybw, copylat and apiperf in the test VM, and the copy routines on the host; JSON
+    /// and SVG plots in build/bench/.
+    Bench(xtask_benchmarks::Args),
     /// Check that this tree is releasable: versions, changelogs, headers, lintian, tests.
     ReleaseCheck(release::Args),
     /// Turn build/*.deb into an apt repository (build/apt), optionally signed.
@@ -98,7 +102,8 @@ fn main() -> Result<()> {
         Command::DebBundle(args) | Command::Deb(args) => deb::cli(&[Package::Bundle], args),
         Command::ReleaseCheck(args) => release::cli(args),
         Command::AptRepo(args) => aptrepo::cli(args),
-        Command::Bench(command) => command.run(),
+        Command::Testbench(command) => command.run(),
+        Command::Bench(args) => xtask_benchmarks::run(args),
     }
 }
 

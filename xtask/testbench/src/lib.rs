@@ -1,12 +1,11 @@
 //! The test bench of `cargo xtask`: the QEMU VM and its tests, the Debian kernels they boot,
 //! the kernel matrix, the package tests (the source package's build, reproducibility, the
-//! maintainer scripts, install and upgrade, from an apt repository), benchmarks and their plots,
-//! copy counts, libFuzzer, the arm64 and static-library checks, and the checks of the tree
-//! itself (the CI workflows). It depends on xtask-base
-//! and xtask-pack.
+//! maintainer scripts, install and upgrade, from an apt repository), copy counts, libFuzzer,
+//! the arm64 and static-library checks, and the checks of the tree itself (the CI workflows).
+//! It depends on xtask-base and xtask-pack; the benchmarks (xtask-benchmarks) run in its VM,
+//! and `cargo xtask test` runs them quickly as `cargo xtask bench --quick`.
 
 pub mod autopkgtest;
-pub mod bench;
 pub mod copycount;
 pub mod cpu;
 pub mod crosstest;
@@ -14,7 +13,6 @@ pub mod debugkernel;
 pub mod elf;
 pub mod fuzz;
 pub mod glibcfloor;
-pub mod hostbench;
 pub mod kbuild;
 pub mod kernel;
 pub mod library;
@@ -22,7 +20,6 @@ pub mod manpages;
 pub mod matrix;
 pub mod piuparts;
 pub mod pkgtest;
-pub mod plot;
 pub mod runner;
 pub mod staticlib;
 pub mod step;
@@ -41,8 +38,6 @@ pub enum Command {
     Test(runner::Args),
     /// Boot the test kernel in QEMU and get a root shell in it.
     Vm(vmtest::shell::Args),
-    /// Run copybw, copylat and apiperf in the test VM; JSON and SVG plots in build/bench/.
-    Bench(bench::Args),
     /// Count the instructions of each public copy call and check its device accesses, for every
     /// copy variant; fails above the ceilings of libgdrapi/copy-ceilings.txt.
     CopyCounts(copycount::Args),
@@ -64,7 +59,6 @@ impl Command {
         match self {
             Command::Test(args) => runner::run(args),
             Command::Vm(args) => vmtest::shell::cli(args),
-            Command::Bench(args) => bench::run(args),
             Command::CopyCounts(args) => copycount::run(args),
             Command::KmodMatrix(args) => matrix::cli(args),
             Command::CrossTest => crosstest::cli(),

@@ -6,7 +6,7 @@
 //! guest lane runs in a child xtask (`--lane guests`) whose output goes to a log, printed after
 //! the host lane, so the report reads lane by lane. On the 2-core machine the lanes take about
 //! the same time. The guest lane's steps, and most of the host lane's, are the test bench's
-//! (xtask-testbench: vmtest, bench, matrix, pkgtest, ...).
+//! (xtask-testbench: vmtest, matrix, pkgtest, ...; the benchmarks through `cargo xtask bench`).
 //!
 //! The lanes share what other xtask processes would: cargo's build directory lock, the package
 //! staging lock (xtask-base's `files::lock`), each chroot's lock, and apt's (waited for). Steps

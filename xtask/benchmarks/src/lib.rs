@@ -18,12 +18,14 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use xshell::Shell;
 
-use crate::step::Step;
 use xtask_base::{host, paths};
+use xtask_testbench::kernel::{self, Kernel};
+use xtask_testbench::{vm, vmtest};
 
-use crate::kernel::{self, Kernel};
-use crate::plot::{line_chart, Series, COLORS};
-use crate::{vm, vmtest};
+use plot::{line_chart, Series, COLORS};
+
+mod host_copies;
+mod plot;
 
 use mtgdrcopy_tests::bench::result::{BenchResult, Operation, Report, Tool, SCHEMA_VERSION};
 
@@ -42,6 +44,10 @@ pub struct Args {
     /// libgdrapi.so.2, which opens /dev/gdrdrv), interleaved with ours in one process.
     #[arg(long, value_name = "LIB")]
     compare_with: Option<PathBuf>,
+    /// Where the reports and plots go (default build/bench; `cargo xtask test` uses
+    /// build/bench-quick).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
 }
 
 /// The three tools' arguments for one kind of run (`--json` is added).
@@ -83,7 +89,10 @@ pub fn run(args: Args) -> Result<()> {
     let sh = Shell::new()?;
     sh.change_dir(paths::root());
     let profile = if args.quick { &QUICK } else { &FULL };
-    let out = paths::build_dir().join("bench");
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| paths::build_dir().join("bench"));
     if args.replot {
         let mut reports = Vec::new();
         for tool in TOOLS {
@@ -140,8 +149,8 @@ pub fn run(args: Args) -> Result<()> {
 
 fn host_bench(sh: &Shell, out: &Path, compare_with: Option<&Path>) -> Result<()> {
     let t = Instant::now();
-    let mut files = crate::hostbench::run(sh, out)?;
-    files.extend(crate::hostbench::public_calls(sh, out, compare_with)?);
+    let mut files = host_copies::run(sh, out)?;
+    files.extend(host_copies::public_calls(sh, out, compare_with)?);
     eprintln!(
         "xtask: host copy microbenchmarks (ordinary memory, not a device mapping) done in {:.0} s",
         t.elapsed().as_secs_f64()
@@ -150,20 +159,6 @@ fn host_bench(sh: &Shell, out: &Path, compare_with: Option<&Path>) -> Result<()>
         eprintln!("    {}", f.display());
     }
     Ok(())
-}
-
-/// For `cargo xtask test`: a short run of each benchmark in the VM, checking that each wrote a
-/// valid report and that the plots render. Outputs go to build/bench-quick/.
-pub fn quick_steps() -> Vec<Step<'static>> {
-    vec![(
-        "benchmarks in QEMU, quick (copybw, copylat, apiperf --json)",
-        Box::new(|sh: &Shell| {
-            let out = paths::build_dir().join("bench-quick");
-            let reports = run_in_vm(sh, &QUICK, &out)?;
-            plot_all(&reports, &out)?;
-            Ok(())
-        }),
-    )]
 }
 
 fn profile_args(profile: &Profile, tool: Tool) -> &'static str {

@@ -12,8 +12,9 @@ use xshell::{cmd, Shell};
 
 use xtask_base::paths;
 
-use crate::cpu::cpu_name;
 use crate::plot::{line_chart, Series, COLORS};
+use xtask_testbench::copycount;
+use xtask_testbench::cpu::cpu_name;
 
 /// One measured case; times in nanoseconds per copy.
 #[derive(Serialize)]
@@ -162,7 +163,7 @@ struct CallReport {
 /// mapping handle), for our library with its default variant and, when given, another gdrapi
 /// library interleaved with it. Prints a table; writes `host-calls.json`.
 pub fn public_calls(sh: &Shell, out: &Path, compare_with: Option<&Path>) -> Result<Vec<PathBuf>> {
-    let tools = crate::copycount::build(sh)?;
+    let tools = copycount::build(sh)?;
     let mut libraries = vec![tools.library.clone()];
     if let Some(other) = compare_with {
         ensure!(other.is_file(), "{} does not exist", other.display());
@@ -295,7 +296,7 @@ fn render_calls(report: &CallReport, names: &[String]) -> String {
                         .map(|r| r.median_ns)
                 })
                 .collect();
-            let _ = write!(out, "{:>8} {:>5}", crate::copycount::size_label(size), dir);
+            let _ = write!(out, "{:>8} {:>5}", copycount::size_label(size), dir);
             for c in &cells {
                 let _ = write!(out, " {c:>10.1}");
             }

@@ -133,7 +133,7 @@ mod tests {
 
     #[test]
     fn plots_render_without_fonts() {
-        let dir = std::env::temp_dir().join(format!("xtask-testbench-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("xtask-benchmarks-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("t.svg");
         let series = [Series {
