@@ -6,7 +6,8 @@
 //! `cache_dir()/chroots/<name>/` (the suite's name unless given another), created once (in a
 //! staging directory renamed into place when complete, with a stamp naming the recipe) and then
 //! reused offline. The apt sources are the machine's own, as apt lists them, with the suite
-//! renamed: no mirror is named in the project.
+//! renamed: no mirror is named in the project. [`bootstrap`] makes every Debian root of
+//! cargo xtask: these chroots and the package tests' root layers.
 //!
 //! One process at a time uses a chroot: [`Chroot`] holds an exclusive lock on
 //! `chroots/<name>.lock`, since its build directory and DKMS registrations are shared state.
@@ -29,11 +30,19 @@ const CHROOT_ENV: &[&str] = &[
     "DEBIAN_FRONTEND=noninteractive",
 ];
 
-/// apt configuration written into every chroot. The registry serves snapshots whose Release
-/// files are past their Valid-Until date (refused otherwise); recommends would only add size.
+/// apt configuration written into every root [`bootstrap`] makes: the registry serves
+/// snapshots whose Release files are past their Valid-Until date (refused otherwise).
 const APT_CONF: &str = "// Written by cargo xtask (chroot.rs).\n\
-                        Acquire::Check-Valid-Until \"false\";\n\
-                        APT::Install-Recommends \"false\";\n";
+                        Acquire::Check-Valid-Until \"false\";\n";
+
+/// Added in the build chroots only: recommends would only add size. (The package tests' roots
+/// keep apt's default, as a user's host has it.)
+const NO_RECOMMENDS: &str = "// Written by cargo xtask (chroot.rs).\n\
+                             APT::Install-Recommends \"false\";\n";
+
+/// Makes no service start in a root (policy-rc.d(8)).
+const POLICY_RC_D: &str =
+    "#!/bin/sh\n# Installed by cargo xtask: no services in this root.\nexit 101\n";
 
 /// Marks a complete chroot; its first line is the recipe it was made with.
 const STAMP: &str = ".mtgdrcopy-chroot";
@@ -112,9 +121,6 @@ pub fn suite_sources(sh: &Shell, suite: &str) -> Result<(String, Vec<String>)> {
     Ok((mirror, sources.for_suite(suite)))
 }
 
-/// apt's configuration for roots of other suites (e.g. the package tests' bullseye root).
-pub const OLD_SUITE_APT_CONF: &str = APT_CONF;
-
 /// The host path of `inside`, an absolute path in the chroot at `root`.
 pub fn host_path(root: &Path, inside: &Path) -> PathBuf {
     root.join(inside.strip_prefix("/").unwrap_or(inside))
@@ -191,25 +197,13 @@ fn make(
     log: &Path,
     setup: impl FnOnce(&Shell, &Path, &Path) -> Result<String>,
 ) -> Result<String> {
-    let sources = HostSources::read(sh)?;
-    let lines = sources.for_suite(suite);
-    let mirror = sources.mirror(&sources.codename)?;
     files::put_text(log, "", 0o644)?;
-    // Only what apt itself needs comes from debootstrap; the rest through apt, whose dependency
-    // resolution is the real one.
-    crate::host::run_logged(
-        cmd!(
-            sh,
-            "debootstrap --variant=minbase --include=ca-certificates {suite} {root} {mirror}"
-        ),
-        log,
-        &format!("debootstrap {suite}"),
-    )?;
-    let etc = root.join("etc/apt");
-    fs::write(etc.join("sources.list"), lines.join("\n") + "\n")
-        .context("writing the chroot's sources.list")?;
-    fs::write(etc.join("apt.conf.d/99mtgdrcopy"), APT_CONF)
-        .context("writing the chroot's apt configuration")?;
+    bootstrap(sh, suite, root, &["ca-certificates"], log)?;
+    fs::write(
+        root.join("etc/apt/apt.conf.d/99mtgdrcopy-no-recommends"),
+        NO_RECOMMENDS,
+    )
+    .context("writing the chroot's apt configuration")?;
     let info = setup(sh, root, log)?;
     // The downloaded .debs are no use once installed (the lists stay: the kernel image is
     // fetched through them later).
@@ -219,6 +213,34 @@ fn make(
         "apt-get clean",
     )?;
     Ok(info)
+}
+
+/// Every Debian root of cargo xtask starts here, the build chroots above and the package
+/// tests' layers alike: `debootstrap --variant=minbase` of `suite` (plus `include`) into `root`
+/// from the archive of this machine that serves its own suite, this machine's apt sources for
+/// `suite` (renamed when it is another suite: no mirror is named in the project), [`APT_CONF`],
+/// and no service starting. Only what apt itself needs comes from debootstrap; the rest through
+/// apt, whose dependency resolution is the real one. debootstrap's output is appended to `log`.
+pub fn bootstrap(sh: &Shell, suite: &str, root: &Path, include: &[&str], log: &Path) -> Result<()> {
+    host::ensure_host_packages(&["debootstrap"])?;
+    let sources = HostSources::read(sh)?;
+    let lines = sources.for_suite(suite);
+    let mirror = sources.mirror(&sources.codename)?;
+    let include: Vec<String> = include.iter().map(|p| format!("--include={p}")).collect();
+    crate::host::run_logged(
+        cmd!(
+            sh,
+            "debootstrap --variant=minbase {include...} {suite} {root} {mirror}"
+        ),
+        log,
+        &format!("debootstrap {suite}"),
+    )?;
+    let etc = root.join("etc/apt");
+    fs::write(etc.join("sources.list"), lines.join("\n") + "\n")
+        .context("writing the root's sources.list")?;
+    fs::write(etc.join("apt.conf.d/99mtgdrcopy"), APT_CONF)
+        .context("writing the root's apt configuration")?;
+    files::put_text(&root.join("usr/sbin/policy-rc.d"), POLICY_RC_D, 0o755)
 }
 
 /// Removes `dir` (if present) unless something is mounted below it: `rm -r` through a /proc

@@ -3,9 +3,9 @@
 //! oldest Debian this machine's archive serves: glibc 2.31, kernel 5.10), a minbase and one
 //! layer of [`BULLSEYE_PACKAGES`] on it. Bookworm's:
 //!
-//! - `minbase`: `debootstrap --variant=minbase`, with apt sources copied from this machine's
-//!   configuration (no mirror is named in the repository). Alone, it stands in for a container
-//!   image.
+//! - `minbase`: made by xtask-base's `chroot::bootstrap`, as the build chroots are
+//!   (`debootstrap --variant=minbase`, this machine's apt sources for the suite, no mirror named
+//!   in the repository). Alone, it stands in for a container image.
 //! - `dkms-<kernel>-<headers version>`, on top of minbase: what a host running the packages has
 //!   (dkms, the headers of the VM's kernel, udev, openssl for DKMS's module signing) and what
 //!   the test itself uses (libc6-dev and pkgconf, for a consumer built against libgdrapi).
@@ -29,7 +29,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use xshell::{cmd, Shell};
 
-use xtask_base::{host, paths};
+use xtask_base::paths;
 
 use crate::kernel::Kernel;
 
@@ -216,14 +216,14 @@ pub fn minbase(sh: &Shell) -> Result<PathBuf> {
     minbase_of(sh, SUITE)
 }
 
-/// The minbase layer of `suite`: bookworm (the machine's own, with its apt sources as they
-/// are) or an older one (bullseye) with the machine's sources renamed to it.
+/// The minbase layer of `suite` (bookworm, or an older one: bullseye), with its package lists.
+/// The layers differ from the build chroots in how they are used, not made: read-only, under
+/// an overlay of each test's own (the chroots are written by their builds, and locked).
 pub fn minbase_of(sh: &Shell, suite: &str) -> Result<PathBuf> {
     let dir = roots_dir(suite).join("minbase");
     if dir.join(STAMP).exists() {
         return Ok(dir);
     }
-    host::ensure_host_packages(&["debootstrap"])?;
     // Layers built on an older minbase do not fit a new one.
     if let Ok(entries) = fs::read_dir(roots_dir(suite)) {
         for entry in entries.flatten() {
@@ -233,50 +233,12 @@ pub fn minbase_of(sh: &Shell, suite: &str) -> Result<PathBuf> {
         }
     }
     build_layer(&dir, |tmp, scratch| {
-        let (mirror, lines) = if suite == SUITE {
-            let mirror =
-                xtask_base::chroot::host_mirror(sh, SUITE).context("a Debian 12 host is needed")?;
-            (mirror, Vec::new())
-        } else {
-            xtask_base::chroot::suite_sources(sh, suite)?
-        };
         eprintln!(
-            "xtask: debootstrap --variant=minbase {suite} from {mirror} (once; cached in {})",
+            "xtask: debootstrap --variant=minbase {suite} (once; cached in {})",
             dir.display()
         );
         let t = Instant::now();
-        let log = scratch.join("debootstrap.log");
-        let out = cmd!(sh, "debootstrap --variant=minbase {suite} {tmp} {mirror}")
-            .quiet()
-            .ignore_status()
-            .output()
-            .context("running debootstrap")?;
-        fs::write(
-            &log,
-            [out.stdout.as_slice(), out.stderr.as_slice()].concat(),
-        )?;
-        if !out.status.success() {
-            bail!(
-                "debootstrap failed ({}); its log: {}",
-                out.status,
-                log.display()
-            );
-        }
-        if suite == SUITE {
-            use_host_apt_sources(tmp)?;
-        } else {
-            fs::write(tmp.join("etc/apt/sources.list"), lines.join("\n") + "\n")?;
-            fs::write(
-                tmp.join("etc/apt/apt.conf.d/99mtgdrcopy"),
-                xtask_base::chroot::OLD_SUITE_APT_CONF,
-            )?;
-        }
-        // Services never start in these roots (policy-rc.d(8)).
-        xtask_base::files::put_text(
-            &tmp.join("usr/sbin/policy-rc.d"),
-            "#!/bin/sh\n# Installed by cargo xtask test: no services in this root.\nexit 101\n",
-            0o755,
-        )?;
+        xtask_base::chroot::bootstrap(sh, suite, tmp, &[], &scratch.join("debootstrap.log"))?;
         let root = Root::with_upper(
             Vec::new(),
             tmp.to_path_buf(),
@@ -505,44 +467,4 @@ exec chroot "$merged" "$@"
         xtask_base::files::put_text(&path, text, 0o755)?;
     }
     Ok(path)
-}
-
-/// The apt source files apt itself reads: /etc/apt/sources.list and
-/// sources.list.d/*.{list,sources}.
-fn host_sources() -> Result<Vec<(PathBuf, String)>> {
-    let mut files = Vec::new();
-    let main = PathBuf::from("/etc/apt/sources.list");
-    if main.exists() {
-        files.push(main);
-    }
-    if let Ok(entries) = fs::read_dir("/etc/apt/sources.list.d") {
-        let mut more: Vec<PathBuf> = entries
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|e| e == "list" || e == "sources"))
-            .collect();
-        more.sort();
-        files.extend(more);
-    }
-    files
-        .into_iter()
-        .map(|p| {
-            let text =
-                fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
-            Ok((p, text))
-        })
-        .collect()
-}
-
-/// The root's apt sources become this machine's (security and updates suites included), so
-/// that it gets the same packages, e.g. the kernel headers of the same upload.
-fn use_host_apt_sources(root: &Path) -> Result<()> {
-    let list = root.join("etc/apt/sources.list");
-    if list.exists() {
-        fs::remove_file(&list).with_context(|| format!("removing {}", list.display()))?;
-    }
-    for (path, text) in host_sources()? {
-        let rel = path.strip_prefix("/").unwrap_or(&path);
-        xtask_base::files::put_text(&root.join(rel), &text, 0o644)?;
-    }
-    Ok(())
 }
