@@ -21,9 +21,10 @@ use xshell::{cmd, Cmd, Shell};
 
 use crate::{files, host, paths};
 
-/// The environment of every command run in a chroot: nothing of the caller's leaks in (cargo's
-/// variables, a host-only PATH, a locale the chroot lacks).
-const CHROOT_ENV: &[&str] = &[
+/// The environment of every command run in a Debian root of cargo xtask (these chroots and
+/// the package tests' roots): nothing of the caller's leaks in (cargo's variables, a host-only
+/// PATH, a locale the root lacks).
+pub const CHROOT_ENV: &[&str] = &[
     "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     "HOME=/root",
     "LC_ALL=C",
@@ -108,19 +109,6 @@ pub fn command<'a>(sh: &'a Shell, root: &Path, opts: &Options, program: &str) ->
     )
 }
 
-/// The archive of this machine's apt sources that serves `suite`.
-pub fn host_mirror(sh: &Shell, suite: &str) -> Result<String> {
-    Ok(HostSources::read(sh)?.mirror(suite)?.to_owned())
-}
-
-/// For a root of another Debian suite: the archive that serves the machine's own suite
-/// (debootstrap's mirror) and one-line sources for `suite` (its -updates and -security too).
-pub fn suite_sources(sh: &Shell, suite: &str) -> Result<(String, Vec<String>)> {
-    let sources = HostSources::read(sh)?;
-    let mirror = sources.mirror(&sources.codename)?.to_owned();
-    Ok((mirror, sources.for_suite(suite)))
-}
-
 /// The host path of `inside`, an absolute path in the chroot at `root`.
 pub fn host_path(root: &Path, inside: &Path) -> PathBuf {
     root.join(inside.strip_prefix("/").unwrap_or(inside))
@@ -141,7 +129,7 @@ pub fn prepare(
     log: &Path,
     setup: impl FnOnce(&Shell, &Path, &Path) -> Result<String>,
 ) -> Result<Chroot> {
-    host::ensure_host_packages(&["bubblewrap", "debootstrap"])?;
+    host::ensure_host_packages(&["bubblewrap"])?;
     let dir = paths::cache_dir().join("chroots");
     let lock = files::lock_file(
         &dir.join(format!("{name}.lock")),

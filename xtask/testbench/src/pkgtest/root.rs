@@ -34,7 +34,6 @@ use xtask_base::paths;
 use crate::kernel::Kernel;
 
 const SUITE: &str = "bookworm";
-const PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// A root file system we run commands in: read-only `layers` (top first) under `upper`.
 pub struct Root {
@@ -119,25 +118,19 @@ impl Root {
 
     /// Like `run` but returns (success, stdout, stderr) whatever the exit status.
     pub fn output(&self, sh: &Shell, args: &[&str]) -> Result<(bool, String, String)> {
-        let wrapper = in_root_script()?;
-        let lower = if self.layers.is_empty() {
-            "-".to_owned()
-        } else {
-            self.layers
-                .iter()
-                .map(|l| l.display().to_string())
-                .collect::<Vec<_>>()
-                .join(":")
-        };
-        let (upper, work, merged) = (&self.upper, &self.work, &self.merged);
-        let out = cmd!(
+        let env = xtask_base::chroot::CHROOT_ENV;
+        let command: Vec<&str> = ["/usr/bin/env", "-i"]
+            .into_iter()
+            .chain(env.iter().copied())
+            .chain(args.iter().copied())
+            .collect();
+        let out = in_root(
             sh,
-            "unshare --mount --propagation private --fork -- sh {wrapper} chroot {lower} {upper} {work} {merged} /usr/bin/env -i {PATH} HOME=/root LC_ALL=C DEBIAN_FRONTEND=noninteractive {args...}"
-        )
-        .quiet()
-        .ignore_status()
-        .output()
-        .context("running unshare and chroot (util-linux, coreutils)")?;
+            "chroot",
+            &self.layers,
+            [&self.upper, &self.work, &self.merged],
+            &command,
+        )?;
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         let mut log = OpenOptions::new()
@@ -151,9 +144,6 @@ impl Root {
             args.join(" "),
             out.status.code()
         )?;
-        if out.status.code() == Some(125) && stderr.contains("in-root.sh:") {
-            bail!("{}", stderr.trim());
-        }
         Ok((out.status.success(), stdout, stderr))
     }
 
@@ -409,15 +399,35 @@ pub fn run_on_overlay(
     for d in [&upper, &work, &merged] {
         fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
     }
-    let lower = layers
-        .iter()
-        .map(|l| l.display().to_string())
-        .collect::<Vec<_>>()
-        .join(":");
     let args = command(&merged);
-    let program = args.first().cloned().unwrap_or_default();
-    let wrapper = in_root_script()?;
     let mode = if with_proc { "host" } else { "host-no-proc" };
+    in_root(sh, mode, layers, [&upper, &work, &merged], &args)
+}
+
+/// `in-root.sh MODE` over `layers` (top first; none: the upper directory alone) with the
+/// overlay's `[upper, work, merged]` directories, running `args`, in a private mount namespace
+/// (`unshare --mount`). A mount the script could not make is an error that says so.
+fn in_root<S: AsRef<std::ffi::OsStr>>(
+    sh: &Shell,
+    mode: &str,
+    layers: &[PathBuf],
+    [upper, work, merged]: [&PathBuf; 3],
+    args: &[S],
+) -> Result<std::process::Output> {
+    let wrapper = in_root_script()?;
+    let lower = if layers.is_empty() {
+        "-".to_owned()
+    } else {
+        layers
+            .iter()
+            .map(|l| l.display().to_string())
+            .collect::<Vec<_>>()
+            .join(":")
+    };
+    let program = args
+        .first()
+        .map(|a| a.as_ref().to_string_lossy().into_owned())
+        .unwrap_or_default();
     let out = cmd!(
         sh,
         "unshare --mount --propagation private --fork -- sh {wrapper} {mode} {lower} {upper} {work} {merged} {args...}"
@@ -425,7 +435,7 @@ pub fn run_on_overlay(
     .quiet()
     .ignore_status()
     .output()
-    .with_context(|| format!("running {program} (unshare, util-linux)"))?;
+    .with_context(|| format!("running {program} in a root (unshare, util-linux)"))?;
     if out.status.code() == Some(125) {
         let stderr = String::from_utf8_lossy(&out.stderr);
         if stderr.contains("in-root.sh:") {
