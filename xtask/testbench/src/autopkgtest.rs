@@ -8,6 +8,9 @@
 //!   kernels whose headers are there, as the postinst builds for them.
 //! - `container`: the bare minbase (a container image's stand-in): container-layout, which needs
 //!   a testbed where DKMS is not installed beforehand.
+//! - `vm`: autopkgtest's `qemu` testbed on the emulated GPU (vm.rs): the tests whose
+//!   Restrictions name `isolation-machine` (they load kernel modules), which a chroot testbed
+//!   skips.
 //!
 //! Why `chroot`: bookworm's autopkgtest has no testbed that both runs here (root, no KVM) and
 //! reverts between tests but `unshare`, which unpacks a tarball of the root for each test; the
@@ -25,6 +28,9 @@ use std::time::Instant;
 use anyhow::{bail, ensure, Context, Result};
 use xshell::{cmd, Shell};
 
+mod troubleshooting;
+mod vm;
+
 use crate::pkgtest::root;
 use crate::step::timed;
 use xtask_base::{debian, host, paths, workspace::Workspace};
@@ -35,47 +41,57 @@ use xtask_pack::versions;
 const CONTAINER_TEST: &str = "container-layout";
 
 /// The step of `cargo xtask test`.
-pub const STEP: &str =
-    "packages: debian/tests under autopkgtest (bookworm roots: host with DKMS, container)";
+pub const STEP: &str = "packages: debian/tests under autopkgtest (bookworm roots: host with DKMS, \
+                        container; VM with the emulated GPU)";
 
 pub fn test_step(sh: &Shell) -> Result<()> {
-    host::ensure_host_packages(&["autopkgtest"])?;
+    host::ensure_host_packages(&["autopkgtest", "qemu-utils", "e2fsprogs"])?;
+    host::ensure_host_packages(crate::vmtest::HOST_PACKAGES)?;
     let debs = release_debs(sh)?;
     let dir = paths::build_dir().join("autopkgtest");
     let _lock = xtask_base::files::lock_file(&dir.join(".lock"), "running autopkgtest")?;
     let source = source_tree(sh, &dir, &debs)?;
-    let tests = test_names(&source.join("debian/tests/control"))?;
+    let tests = control_tests(&source.join("debian/tests/control"))?;
     // The tests are POSIX sh scripts (autopkgtest runs them as executables).
     let scripts: Vec<PathBuf> = tests
         .iter()
-        .map(|t| paths::root().join("debian/tests").join(t))
+        .map(|t| paths::root().join("debian/tests").join(&t.name))
         .collect();
     cmd!(sh, "shellcheck --shell=sh {scripts...}")
         .quiet()
         .run()
         .context("ShellCheck on debian/tests")?;
+    let names = |keep: &dyn Fn(&ControlTest) -> bool| -> Vec<String> {
+        tests
+            .iter()
+            .filter(|t| keep(t))
+            .map(|t| t.name.clone())
+            .collect()
+    };
+    let (in_container, on_machine) = (
+        names(&|t| t.name == CONTAINER_TEST),
+        names(&|t| t.needs_machine),
+    );
+    let on_host = names(&|t| t.name != CONTAINER_TEST && !t.needs_machine);
     ensure!(
-        tests.iter().any(|t| t == CONTAINER_TEST),
-        "debian/tests/control has no {CONTAINER_TEST} test"
+        !in_container.is_empty() && !on_machine.is_empty(),
+        "debian/tests/control lacks the {CONTAINER_TEST} test or one with isolation-machine"
     );
 
     let [host, container] = test_roots(sh, &debs)?;
-    let on_host: Vec<String> = tests
-        .iter()
-        .filter(|t| *t != CONTAINER_TEST)
-        .cloned()
-        .collect();
-    let runs = [
-        (host, on_host),
-        (container, vec![CONTAINER_TEST.to_owned()]),
-    ];
     let mut results = Vec::new();
-    for (root, tests) in runs {
+    for (root, tests) in [(host, on_host), (container, in_container)] {
         let t = Instant::now();
         let testbed = Testbed { root, tests };
         results.push(testbed.run(sh, &dir, &source));
         timed(&format!("{}: autopkgtest", testbed.root.what), t);
     }
+    let run = Run::new("vm", &dir, &source);
+    let all: Vec<(Package, PathBuf)> = debs.clone();
+    results.push(
+        vm::run(sh, &run, &all, &on_machine)
+            .and_then(|()| troubleshooting::check_quotes(&run.test_output(&on_machine)?)),
+    );
     results.into_iter().collect()
 }
 
@@ -129,18 +145,11 @@ struct Testbed {
 impl Testbed {
     /// Runs autopkgtest on a fresh overlay of the layers; Ok when every test passed.
     fn run(&self, sh: &Shell, dir: &Path, source: &Path) -> Result<()> {
-        let name = self.root.name;
-        let base = dir.join(name);
-        let out = base.join("out");
-        let summary = base.join("summary");
+        let run = Run::new(self.root.name, dir, source);
         // /proc in the root is DKMS's need; the rest of /dev is what debootstrap made.
-        let output = root::run_on_overlay(sh, &self.root.layers, &base, true, |merged| {
-            let mut args: Vec<String> = vec![
-                "autopkgtest".into(),
-                "--no-built-binaries".into(),
-                format!("--output-dir={}", out.display()),
-                format!("--summary-file={}", summary.display()),
-            ];
+        let output = root::run_on_overlay(sh, &self.root.layers, &run.base, true, |merged| {
+            let mut args: Vec<String> = vec!["autopkgtest".into(), "--no-built-binaries".into()];
+            args.extend(run.report_args());
             for test in &self.tests {
                 args.push(format!("--test-name={test}"));
             }
@@ -149,16 +158,66 @@ impl Testbed {
             args.extend(["--".into(), "chroot".into(), merged.display().to_string()]);
             args
         })?;
-        let log = base.join("autopkgtest.log");
+        run.judge(&self.tests, &output)
+    }
+}
+
+/// One autopkgtest run's files in build/autopkgtest/<name>/: its output directory, summary
+/// and log; the source tree it tests.
+struct Run {
+    name: &'static str,
+    base: PathBuf,
+    out: PathBuf,
+    summary: PathBuf,
+    source: PathBuf,
+}
+
+impl Run {
+    fn new(name: &'static str, dir: &Path, source: &Path) -> Run {
+        let base = dir.join(name);
+        Run {
+            name,
+            out: base.join("out"),
+            summary: base.join("summary"),
+            base,
+            source: source.to_owned(),
+        }
+    }
+
+    /// autopkgtest's options that put its reports here.
+    fn report_args(&self) -> [String; 2] {
+        [
+            format!("--output-dir={}", self.out.display()),
+            format!("--summary-file={}", self.summary.display()),
+        ]
+    }
+
+    /// What `tests` printed (autopkgtest's `<test>-stdout` and `-stderr`).
+    fn test_output(&self, tests: &[String]) -> Result<String> {
+        let mut text = String::new();
+        for test in tests {
+            for stream in ["stdout", "stderr"] {
+                let path = self.out.join(format!("{test}-{stream}"));
+                if path.exists() {
+                    text.push_str(&fs::read_to_string(&path)?);
+                }
+            }
+        }
+        Ok(text)
+    }
+
+    /// Ok when autopkgtest exited 0 and its summary lists every one of `tests` as PASS.
+    fn judge(&self, tests: &[String], output: &std::process::Output) -> Result<()> {
+        let name = self.name;
+        let log = self.base.join("autopkgtest.log");
         fs::write(&log, [&output.stdout[..], &output.stderr[..]].concat())?;
         let status = output.status.code();
-        let summary_text = fs::read_to_string(&summary).unwrap_or_default();
+        let summary_text = fs::read_to_string(&self.summary).unwrap_or_default();
         let verdicts = parse_summary(&summary_text);
         for (test, verdict, rest) in &verdicts {
             eprintln!("    {name}: {test} {verdict} {rest}");
         }
-        let missing: Vec<&String> = self
-            .tests
+        let missing: Vec<&String> = tests
             .iter()
             .filter(|t| !verdicts.iter().any(|(n, v, _)| n == *t && v == "PASS"))
             .collect();
@@ -171,14 +230,13 @@ impl Testbed {
             lines[lines.len().saturating_sub(30)..].join("\n")
         };
         bail!(
-            "autopkgtest on the {} root exited {} ({}); not passed: {missing:?}\n{}\n\
+            "autopkgtest on the {name} testbed exited {} ({}); not passed: {missing:?}\n{}\n\
              (all output: {}; per test: {})",
-            name,
             status.map_or("by a signal".into(), |c| c.to_string()),
             meaning(status),
             tail(&output.stderr),
             log.display(),
-            out.display()
+            self.out.display()
         )
     }
 }
@@ -209,22 +267,39 @@ fn parse_summary(text: &str) -> Vec<(String, String, String)> {
         .collect()
 }
 
-/// The names in debian/tests/control's `Tests:` fields (one paragraph may name several).
-fn test_names(control: &Path) -> Result<Vec<String>> {
-    let text =
-        fs::read_to_string(control).with_context(|| format!("reading {}", control.display()))?;
-    let names: Vec<String> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("Tests:"))
-        .flat_map(|v| v.split([',', ' ']).filter(|n| !n.is_empty()))
-        .map(String::from)
-        .collect();
-    ensure!(!names.is_empty(), "{} names no test", control.display());
-    Ok(names)
+/// A test of debian/tests/control, and whether its Restrictions ask for a machine of its own.
+struct ControlTest {
+    name: String,
+    needs_machine: bool,
 }
 
-/// A tree holding only debian/ (what autopkgtest reads: control, changelog, tests), so that it
-/// does not copy the whole checkout into the testbed; marked built (debian/files lists the
+/// The tests debian/tests/control names (one paragraph may name several), paragraph by
+/// paragraph.
+fn control_tests(control: &Path) -> Result<Vec<ControlTest>> {
+    let text =
+        fs::read_to_string(control).with_context(|| format!("reading {}", control.display()))?;
+    let mut tests = Vec::new();
+    for paragraph in text.split("\n\n") {
+        let field = |name: &str| -> Vec<&str> {
+            paragraph
+                .lines()
+                .filter_map(|l| l.strip_prefix(name))
+                .flat_map(|v| v.split([',', ' ']).filter(|n| !n.is_empty()))
+                .collect()
+        };
+        let needs_machine = field("Restrictions:").contains(&"isolation-machine");
+        tests.extend(field("Tests:").into_iter().map(|name| ControlTest {
+            name: name.to_owned(),
+            needs_machine,
+        }));
+    }
+    ensure!(!tests.is_empty(), "{} names no test", control.display());
+    Ok(tests)
+}
+
+/// A tree holding only debian/ (what autopkgtest reads: control, changelog, tests) and
+/// insmod.sh (the gpu test loads the module with it, as a user of the source tree does), so
+/// that autopkgtest does not copy the whole checkout into the testbed; marked built (debian/files lists the
 /// .debs, as dpkg-buildpackage leaves it), since an unbuilt tree makes autopkgtest install
 /// dpkg-dev in the testbed to run `dpkg-source --before-build` (minutes, for nothing here).
 fn source_tree(sh: &Shell, dir: &Path, debs: &[(Package, PathBuf)]) -> Result<PathBuf> {
@@ -234,7 +309,10 @@ fn source_tree(sh: &Shell, dir: &Path, debs: &[(Package, PathBuf)]) -> Result<Pa
     }
     fs::create_dir_all(&tree)?;
     let debian_dir = paths::root().join("debian");
-    cmd!(sh, "cp -a {debian_dir} {tree}").quiet().run()?;
+    let insmod = paths::root().join("insmod.sh");
+    cmd!(sh, "cp -a {debian_dir} {insmod} {tree}")
+        .quiet()
+        .run()?;
     let mut files = String::new();
     for (package, deb) in debs {
         let name = deb
@@ -289,6 +367,37 @@ pub(crate) fn release_debs(sh: &Shell) -> Result<Vec<(Package, PathBuf)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tests_needing_a_machine_are_told_apart() -> Result<()> {
+        let dir = std::env::temp_dir().join(format!("control-{}", std::process::id()));
+        fs::create_dir_all(&dir)?;
+        let control = dir.join("control");
+        fs::write(
+            &control,
+            "# c\nTests: a, b\nDepends: x\n\nTests: gpu\nRestrictions: needs-root, \
+             isolation-machine\n\nTests: c\nRestrictions: isolation-container\n",
+        )?;
+        let tests = control_tests(&control)?;
+        let seen: Vec<(&str, bool)> = tests
+            .iter()
+            .map(|t| (t.name.as_str(), t.needs_machine))
+            .collect();
+        assert_eq!(
+            seen,
+            [("a", false), ("b", false), ("gpu", true), ("c", false)]
+        );
+        // The packaged control: gpu alone needs a machine.
+        let real = control_tests(&paths::root().join("debian/tests/control"))?;
+        let machine: Vec<&str> = real
+            .iter()
+            .filter(|t| t.needs_machine)
+            .map(|t| t.name.as_str())
+            .collect();
+        assert_eq!(machine, ["gpu"]);
+        fs::remove_dir_all(&dir)?;
+        Ok(())
+    }
 
     #[test]
     fn the_summary_gives_each_test_its_verdict() {

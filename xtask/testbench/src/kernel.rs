@@ -181,6 +181,34 @@ fn cached_image(release: &str, apt: &Builder) -> Result<PathBuf> {
 }
 
 fn fetch_image(release: &str, staging: &Path, apt: &Builder) -> Result<()> {
+    unpack_image_package(release, staging, apt)?;
+    let boot = staging.join("boot");
+    let vmlinuz = boot.join(format!("vmlinuz-{release}"));
+    if !vmlinuz.is_file() {
+        let modules = staging.join("usr/lib/modules").join(release);
+        let found = ["vmlinuz.unsigned", "vmlinuz"]
+            .iter()
+            .map(|name| modules.join(name))
+            .find(|p| p.is_file())
+            .with_context(|| format!("the image package for {release} has no vmlinuz"))?;
+        fs::create_dir_all(&boot).with_context(|| format!("creating {}", boot.display()))?;
+        fs::rename(&found, &vmlinuz)
+            .with_context(|| format!("moving {} to {}", found.display(), vmlinuz.display()))?;
+    }
+    // Only boot/ (vmlinuz, config, System.map) is needed: the guest gets its modules from the
+    // initramfs, and lib/modules would add ~400 MB to the cache.
+    for sub in ["download", "lib", "usr"] {
+        let path = staging.join(sub);
+        if path.exists() {
+            fs::remove_dir_all(&path).with_context(|| format!("removing {}", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// The image package of `release` (the same upload as its installed headers), unpacked into
+/// `staging`.
+fn unpack_image_package(release: &str, staging: &Path, apt: &Builder) -> Result<()> {
     let sh = Shell::new()?;
     // Debian 7.x split the image package: the unsigned bzImage moved from
     // linux-image-<release>-unsigned (boot/vmlinuz-<release>) to linux-binary-unsigned-<release>
@@ -235,30 +263,84 @@ fn fetch_image(release: &str, staging: &Path, apt: &Builder) -> Result<()> {
     });
     // Best effort: a leftover download directory only wastes space.
     let _ = fs::remove_dir_all(&download);
-    result?;
+    result
+}
 
-    let boot = staging.join("boot");
-    let vmlinuz = boot.join(format!("vmlinuz-{release}"));
-    if !vmlinuz.is_file() {
-        let modules = staging.join("usr/lib/modules").join(release);
-        let found = ["vmlinuz.unsigned", "vmlinuz"]
-            .iter()
-            .map(|name| modules.join(name))
-            .find(|p| p.is_file())
-            .with_context(|| format!("the image package for {release} has no vmlinuz"))?;
-        fs::create_dir_all(&boot).with_context(|| format!("creating {}", boot.display()))?;
-        fs::rename(&found, &vmlinuz)
-            .with_context(|| format!("moving {} to {}", found.display(), vmlinuz.display()))?;
+/// A few of `kernel`'s own modules, `names` and what they need, in a tree of their own
+/// (`<dir>/lib/modules/<release>/`, with its modules.dep), cached as `modules-<recipe>` beside
+/// the image: for an initramfs that mounts a disk or a shared directory. `recipe` names the
+/// list, so that another list is fetched anew.
+pub fn image_modules(kernel: &Kernel, names: &[&str], recipe: &str) -> Result<PathBuf> {
+    let release = &kernel.release;
+    let dir = paths::cache_dir()
+        .join("kernels")
+        .join(release)
+        .join(format!("modules-{recipe}"));
+    let tree = |root: &Path| root.join("lib/modules").join(release);
+    if tree(&dir).join("modules.dep").is_file() {
+        return Ok(dir);
     }
-    // Only boot/ (vmlinuz, config, System.map) is needed: the guest gets its modules from the
-    // initramfs, and lib/modules would add ~400 MB to the cache.
-    for sub in ["download", "lib", "usr"] {
-        let path = staging.join(sub);
-        if path.exists() {
-            fs::remove_dir_all(&path).with_context(|| format!("removing {}", path.display()))?;
+    let staging = dir.with_file_name(format!(".modules-{recipe}.tmp-{}", std::process::id()));
+    let result = (|| -> Result<()> {
+        let unpacked = staging.join("package");
+        unpack_image_package(release, &unpacked, &kernel.builder)?;
+        let sh = Shell::new()?;
+        // Debian 12 ships the modules under /lib, Debian 13 on under /usr/lib.
+        let base = if tree(&unpacked).exists() {
+            unpacked.clone()
+        } else {
+            unpacked.join("usr")
+        };
+        cmd!(sh, "depmod -b {base} {release}").quiet().run()?;
+        let deps = fs::read_to_string(tree(&base).join("modules.dep"))?;
+        let out = tree(&staging.join("root"));
+        for module in module_closure(&deps, names)? {
+            let to = out.join(&module);
+            fs::create_dir_all(to.parent().context("a module path has no parent")?)?;
+            fs::copy(tree(&base).join(&module), &to)
+                .with_context(|| format!("copying {module}"))?;
+        }
+        let root = staging.join("root");
+        // It warns of the lists of a whole kernel (modules.order, .builtin) this tree lacks.
+        cmd!(sh, "depmod -b {root} {release}")
+            .quiet()
+            .ignore_stderr()
+            .run()?;
+        if dir.exists() {
+            fs::remove_dir_all(&dir)?;
+        }
+        fs::rename(&root, &dir)?;
+        Ok(())
+    })();
+    let _ = fs::remove_dir_all(&staging);
+    result.with_context(|| format!("collecting modules {names:?} of {release}"))?;
+    Ok(dir)
+}
+
+/// The paths (relative to the modules tree) of `names` and of every module they depend on,
+/// from a modules.dep (`path: dependency paths`).
+fn module_closure(modules_dep: &str, names: &[&str]) -> Result<Vec<String>> {
+    let deps: Vec<(&str, Vec<&str>)> = modules_dep
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(module, needs)| (module, needs.split_whitespace().collect()))
+        .collect();
+    let mut wanted = Vec::new();
+    for name in names {
+        let (module, needs) = deps
+            .iter()
+            .find(|(path, _)| {
+                let file = path.rsplit('/').next().unwrap_or(path);
+                file.split('.').next() == Some(*name)
+            })
+            .with_context(|| format!("the kernel has no module {name}"))?;
+        for path in needs.iter().chain([module]) {
+            if !wanted.contains(&path.to_string()) {
+                wanted.push(path.to_string());
+            }
         }
     }
-    Ok(())
+    Ok(wanted)
 }
 
 /// Downloads the first of `candidates` that `apt` can find into `dir` (a path as `apt` sees
@@ -301,7 +383,25 @@ fn download_deb(sh: &Shell, apt: &Builder, dir: &Path, candidates: &[String]) ->
 
 #[cfg(test)]
 mod tests {
-    use super::bookworm_abi;
+    use super::{bookworm_abi, module_closure};
+
+    #[test]
+    fn a_modules_dependencies_come_before_it_once() {
+        let dep = "kernel/fs/ext4/ext4.ko: kernel/lib/crc16.ko kernel/fs/jbd2/jbd2.ko\n\
+                   kernel/lib/crc16.ko:\nkernel/fs/jbd2/jbd2.ko:\n\
+                   kernel/fs/9p/9p.ko: kernel/net/9p/9pnet.ko\nkernel/net/9p/9pnet.ko:\n";
+        assert_eq!(
+            module_closure(dep, &["ext4", "9p", "crc16"]).unwrap(),
+            [
+                "kernel/lib/crc16.ko",
+                "kernel/fs/jbd2/jbd2.ko",
+                "kernel/fs/ext4/ext4.ko",
+                "kernel/net/9p/9pnet.ko",
+                "kernel/fs/9p/9p.ko"
+            ]
+        );
+        assert!(module_closure(dep, &["virtio_blk"]).is_err());
+    }
 
     #[test]
     fn abi_is_numeric() {

@@ -251,6 +251,24 @@ fn build_initramfs(spec: &VmSpec, path: &Path) -> Result<()> {
     tree.write(path)
 }
 
+/// An initramfs of busybox, `files` (host path, guest path) and `init` as /init, written to
+/// `path`: for a VM that boots a system of its own (the autopkgtest testbed's disk) rather than
+/// the test scripts' /init.
+pub fn write_initramfs(files: &[(PathBuf, String)], init: &str, path: &Path) -> Result<()> {
+    let mut tree = initramfs::Tree::base()?;
+    for (host, guest) in files {
+        tree.add_file(host, guest)
+            .with_context(|| format!("adding {} to the initramfs", host.display()))?;
+    }
+    tree.add_text("/init", init.to_owned(), 0o755)?;
+    tree.write(path)
+}
+
+/// What QEMU's `-kernel` boots for `kernel`: the PVH ELF where it can be had (faster).
+pub fn boot_image(kernel: &Kernel) -> PathBuf {
+    pvh::boot_image(&kernel.vmlinuz)
+}
+
 /// Why each QEMU option:
 /// - `-cpu max`: the guest sees the host-like features (PAT, SSE/AVX for the copy variants);
 ///   under TCG it is QEMU's full emulated feature set.
