@@ -86,10 +86,10 @@ pub fn test_step(sh: &Shell) -> Result<()> {
         results.push(testbed.run(sh, &dir, &source));
         timed(&format!("{}: autopkgtest", testbed.root.what), t);
     }
+    // README.md quotes what gpu prints.
     let run = Run::new("vm", &dir, &source);
-    let all: Vec<(Package, PathBuf)> = debs.clone();
     results.push(
-        vm::run(sh, &run, &all, &on_machine)
+        vm::test_on_vm(sh, &run, &debs, &on_machine)
             .and_then(|()| troubleshooting::check_quotes(&run.test_output(&on_machine)?)),
     );
     results.into_iter().collect()

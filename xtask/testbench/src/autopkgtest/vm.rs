@@ -128,7 +128,7 @@ exec /usr/bin/qemu-system-x86_64 "$@" -cpu max -kernel @KERNEL@ -initrd @INITRD@
 "#;
 
 /// Runs `tests` on the VM testbed with the release's `debs`; their output is in `run.out`.
-pub(super) fn run(
+pub(super) fn test_on_vm(
     sh: &Shell,
     run: &Run,
     debs: &[(Package, PathBuf)],
