@@ -29,7 +29,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{ensure, Context, Result};
-use xshell::{cmd, Shell};
+use xshell::Shell;
 
 use super::Run;
 use crate::kernel::{self, Kernel};
@@ -239,17 +239,14 @@ fn make_image(
 /// The initramfs and [`QEMU`] in `dir`; returns the latter's path.
 fn boot_files(kernel: &Kernel, dir: &Path) -> Result<PathBuf> {
     let modules = kernel::image_modules(kernel, BOOT_MODULES, BOOT_MODULES_RECIPE)?;
-    let sh = Shell::new()?;
-    let listing = cmd!(sh, "find {modules} -type f").quiet().read()?;
-    let files: Vec<(PathBuf, String)> = listing
-        .lines()
+    let files = xtask_base::files::files(&modules)?
+        .into_iter()
         .map(|host| {
-            let guest = host
-                .strip_prefix(&*modules.to_string_lossy())
-                .unwrap_or(host);
-            (PathBuf::from(host), guest.to_owned())
+            let guest = host.strip_prefix(&modules).unwrap_or(&host);
+            let guest = format!("/{}", guest.display());
+            (host, guest)
         })
-        .collect();
+        .collect::<Vec<_>>();
     let initrd = dir.join("initrd.img");
     let init = INITRAMFS_INIT.replace("@MODULES@", &BOOT_MODULES.join(" "));
     vm::write_initramfs(&files, &init, &initrd)?;
