@@ -86,6 +86,40 @@ pub fn remove_any(path: &Path) -> Result<()> {
     removed.with_context(|| format!("removing {}", path.display()))
 }
 
+/// The cached directory `dir`, made by `make` where `complete` says it is not. `make` fills a
+/// staging directory next to it that is then renamed to `dir`, so that an interrupted or
+/// failed `make` never leaves a `dir` that looks complete. Where another process completed
+/// `dir` meanwhile (it may be using it), theirs is kept.
+pub fn cached_dir(
+    dir: &Path,
+    complete: impl Fn(&Path) -> bool,
+    make: impl FnOnce(&Path) -> Result<()>,
+) -> Result<()> {
+    if complete(dir) {
+        return Ok(());
+    }
+    let name = dir
+        .file_name()
+        .with_context(|| format!("{} has no file name", dir.display()))?;
+    let staging = dir.with_file_name(format!(
+        ".{}.tmp-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    remove_any(&staging)?;
+    let result = make(&staging).and_then(|()| {
+        if complete(dir) {
+            return Ok(());
+        }
+        remove_any(dir)?;
+        fs::rename(&staging, dir)?;
+        Ok(())
+    });
+    // Best effort: a leftover staging directory only wastes space.
+    let _ = remove_any(&staging);
+    result
+}
+
 pub fn parent_of(path: &Path) -> Result<()> {
     if let Some(dir) = path.parent() {
         fs::create_dir_all(dir)?;
@@ -168,5 +202,34 @@ mod tests {
             assert!(path.is_dir() && fs::read_dir(path).unwrap().next().is_none());
         }
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_cached_dir_appears_whole_or_not_at_all() {
+        let top = std::env::temp_dir().join(format!("cached-dir-test-{}", std::process::id()));
+        let dir = top.join("cache");
+        let complete = |d: &Path| d.join("done").is_file();
+        fs::create_dir_all(&top).unwrap();
+        let failed = cached_dir(&dir, complete, |staging| {
+            fs::create_dir_all(staging)?;
+            fs::write(staging.join("half"), "")?;
+            anyhow::bail!("interrupted")
+        });
+        assert!(failed.is_err());
+        assert!(!dir.exists(), "a failed make left {}", dir.display());
+        let made = |staging: &Path| -> Result<()> {
+            fs::create_dir_all(staging)?;
+            fs::write(staging.join("done"), "")?;
+            Ok(())
+        };
+        cached_dir(&dir, complete, made).unwrap();
+        assert!(complete(&dir));
+        cached_dir(&dir, complete, |_| anyhow::bail!("made again")).unwrap();
+        assert_eq!(
+            fs::read_dir(&top).unwrap().count(),
+            1,
+            "a staging dir was left"
+        );
+        fs::remove_dir_all(&top).unwrap();
     }
 }

@@ -155,25 +155,14 @@ fn cached_image(release: &str, apt: &Builder) -> Result<PathBuf> {
         "xtask: fetching the kernel image for {release} (once; cached in {})",
         dir.display()
     );
-    // Unpack next to the final place and rename at the end, so that an interrupted download never
-    // leaves a directory that looks complete.
-    let staging = dir.with_file_name(format!(".{release}.tmp-{}", std::process::id()));
-    let result = fetch_image(release, &staging, apt).and_then(|()| {
-        if vmlinuz.is_file() {
-            // Another xtask fetched it meanwhile and may be booting it: keep theirs.
-            return Ok(());
-        }
-        if dir.exists() {
-            fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
-        }
-        fs::rename(&staging, &dir)
-            .with_context(|| format!("moving {} to {}", staging.display(), dir.display()))
-    });
-    if staging.exists() {
-        // Best effort: a leftover staging dir only wastes space.
-        let _ = fs::remove_dir_all(&staging);
-    }
-    result?;
+    let kernel_in = |dir: &Path| {
+        dir.join("boot")
+            .join(format!("vmlinuz-{release}"))
+            .is_file()
+    };
+    xtask_base::files::cached_dir(&dir, kernel_in, |staging| {
+        fetch_image(release, staging, apt)
+    })?;
     if !vmlinuz.is_file() {
         bail!("the image package for {release} has no boot/vmlinuz-{release}");
     }
@@ -277,42 +266,36 @@ pub fn image_modules(kernel: &Kernel, names: &[&str], recipe: &str) -> Result<Pa
         .join(release)
         .join(format!("modules-{recipe}"));
     let tree = |root: &Path| root.join("lib/modules").join(release);
-    if tree(&dir).join("modules.dep").is_file() {
-        return Ok(dir);
-    }
-    let staging = dir.with_file_name(format!(".modules-{recipe}.tmp-{}", std::process::id()));
-    let result = (|| -> Result<()> {
-        let unpacked = staging.join("package");
-        unpack_image_package(release, &unpacked, &kernel.builder)?;
-        let sh = Shell::new()?;
-        // Debian 12 ships the modules under /lib, Debian 13 on under /usr/lib.
-        let base = if tree(&unpacked).exists() {
-            unpacked.clone()
-        } else {
-            unpacked.join("usr")
-        };
-        cmd!(sh, "depmod -b {base} {release}").quiet().run()?;
-        let deps = fs::read_to_string(tree(&base).join("modules.dep"))?;
-        let out = tree(&staging.join("root"));
-        for module in module_closure(&deps, names)? {
-            let to = out.join(&module);
-            fs::create_dir_all(to.parent().context("a module path has no parent")?)?;
-            fs::copy(tree(&base).join(&module), &to)
-                .with_context(|| format!("copying {module}"))?;
-        }
-        let root = staging.join("root");
-        // It warns of the lists of a whole kernel (modules.order, .builtin) this tree lacks.
-        cmd!(sh, "depmod -b {root} {release}")
-            .quiet()
-            .ignore_stderr()
-            .run()?;
-        if dir.exists() {
-            fs::remove_dir_all(&dir)?;
-        }
-        fs::rename(&root, &dir)?;
-        Ok(())
-    })();
-    let _ = fs::remove_dir_all(&staging);
+    let unpacked = dir.with_file_name(format!(".modules-{recipe}.package-{}", std::process::id()));
+    let result = xtask_base::files::cached_dir(
+        &dir,
+        |dir| tree(dir).join("modules.dep").is_file(),
+        |staging| {
+            unpack_image_package(release, &unpacked, &kernel.builder)?;
+            let sh = Shell::new()?;
+            // Debian 12 ships the modules under /lib, Debian 13 on under /usr/lib.
+            let base = if tree(&unpacked).exists() {
+                unpacked.clone()
+            } else {
+                unpacked.join("usr")
+            };
+            cmd!(sh, "depmod -b {base} {release}").quiet().run()?;
+            let deps = fs::read_to_string(tree(&base).join("modules.dep"))?;
+            for module in module_closure(&deps, names)? {
+                let to = tree(staging).join(&module);
+                fs::create_dir_all(to.parent().context("a module path has no parent")?)?;
+                fs::copy(tree(&base).join(&module), &to)
+                    .with_context(|| format!("copying {module}"))?;
+            }
+            // It warns of the lists of a whole kernel (modules.order, .builtin) this tree lacks.
+            cmd!(sh, "depmod -b {staging} {release}")
+                .quiet()
+                .ignore_stderr()
+                .run()?;
+            Ok(())
+        },
+    );
+    let _ = fs::remove_dir_all(&unpacked);
     result.with_context(|| format!("collecting modules {names:?} of {release}"))?;
     Ok(dir)
 }
