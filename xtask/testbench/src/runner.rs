@@ -179,9 +179,10 @@ fn steps(args: &Args) -> Result<(Vec<Step<'static>>, Vec<Step<'static>>)> {
     // The .debs and lintian on them; with the VM, their install and upgrade tests, here in the
     // host lane: they use the .debs this lane has built.
     host.extend(crate::pkgtest::test_steps(!args.no_vm));
+    let vm = !args.no_vm;
     host.push((
         crate::autopkgtest::STEP,
-        Box::new(crate::autopkgtest::test_step),
+        Box::new(move |sh: &Shell| crate::autopkgtest::test_step(sh, vm)),
     ));
     host.push((crate::piuparts::STEP, Box::new(crate::piuparts::test_step)));
     // The copy counts need nothing of the other steps: at the end of the guest lane they even
