@@ -5,27 +5,22 @@
 //! and `apt-get source` (readme.rs) on bookworm, and all of that on bullseye (bullseye.rs). The
 //! maintainer scripts' and mtgdrdrv-load's unit tests are in scripts/.
 //!
-//! The install test, in order:
+//! The install test, in order (install.rs):
 //! 1. **Host.** A bookworm root with dkms and the VM kernel's headers (root.rs: cached layers
-//!    under a fresh overlay) gets the four packages through `apt-get install mtgdrcopy` from
-//!    a signed repository that `cargo xtask apt-repo` made of the .debs (a `file:` source with
-//!    `signed-by=` a throwaway key; the same entry naming another key must be refused). Checked:
-//!    DKMS built and installed mtgdrdrv.ko for that kernel (and only it: the CRC stub is not
-//!    installed), dkms.conf's version is the source directory's, the udev rule and
-//!    modprobe.d softdep are in /usr/lib (and no modules-load.d file), and a C program built
-//!    against libgdrapi with pkg-config (shared and static) gets `libgdrapi (>= <version>), libgdrapi (<< 2~)`
-//!    from dpkg-shlibdeps, i.e. shlibs and symbols work. (The postinst with the real DKMS where
-//!    builds fail is debian/tests/dkms-failures, under autopkgtest.)
-//! 2. **Container.** A bare minbase root gets only libgdrapi and mtgdrcopy-tests: apt must not
-//!    pull in dkms or anything of the module.
-//!    What the packages do on a booted host with a GPU (udev, loading through the postinst's
-//!    mtgdrdrv-load and insmod.sh, the tools on the host and in a container root, the softdep
-//!    under kmod) is debian/tests/gpu, under autopkgtest on a VM with the emulated GPU
-//!    (autopkgtest/vm.rs).
-//! 3. **Purge.** `apt-get purge` of the four: DKMS no longer knows mtgdrdrv, the module is gone
+//!    under a fresh overlay) gets the four packages. Checked: DKMS built and installed
+//!    mtgdrdrv.ko for that kernel (and only it: the CRC stub is not installed), dkms.conf's
+//!    version is the source directory's, the udev rule and modprobe.d softdep are in /usr/lib
+//!    (and no modules-load.d file).
+//! 2. **Purge.** `apt-get purge` of the four: DKMS no longer knows mtgdrdrv, the module is gone
 //!    and no file is left that was not there before the install.
-//! 4. **Bundle.** The single-package build on the same root: DKMS installs the module again,
+//! 3. **Bundle.** The single-package build on the same root: DKMS installs the module again,
 //!    then its purge leaves the root as clean.
+//!
+//! Elsewhere: the install from the signed repository (a sources entry naming another key
+//! refused) is the README test's (readme.rs); the C consumer through pkg-config and
+//! dpkg-shlibdeps, the container root's layout and the DKMS failure paths are debian/tests
+//! under autopkgtest on the same roots; what the packages do on a booted host with a GPU is
+//! debian/tests/gpu on a VM with the emulated GPU (autopkgtest/vm.rs).
 
 mod bullseye;
 mod debs;
@@ -112,7 +107,7 @@ pub fn test_steps(vm: bool) -> Vec<Step<'static>> {
     ];
     if vm {
         steps.push((
-            "packages: install on bookworm (DKMS, container), purge",
+            "packages: install on bookworm (DKMS), purge; the single-package build likewise",
             Box::new(move |sh: &Shell| install_test(sh, &built(sh, &d3)?)),
         ));
         steps.push((

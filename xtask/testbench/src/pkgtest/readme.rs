@@ -7,12 +7,13 @@
 //!    written: curl, `sha256sum --check` against SHA256SUMS, `sudo apt-get install ./….deb`
 //!    (DKMS builds the module for the root's kernel headers). Its verification commands (the
 //!    `mtgdrcopy_*` lines) need a GPU and the module loaded; here each program must be installed
-//!    and answer `--version` (the VM part of the install test runs the packaged sanity against
-//!    the module). Then the packages are purged.
+//!    and answer `--version` (debian/tests/gpu runs the packaged sanity against the module, on
+//!    the VM testbed). Then the packages are purged.
 //! 2. `### From the apt repository`'s block: the keyring from the same (local) release, the
 //!    repository (`cargo xtask apt-repo`, signed with the test's key) at a `file:` URI in place
-//!    of its published one. The fingerprint `gpg --show-keys` prints must be the key's, which
-//!    the release notes state (aptrepo.rs writes that line for release-check).
+//!    of its published one. First a sources entry naming another key must make `apt-get update`
+//!    fail (apt really checks the signature). The fingerprint `gpg --show-keys` prints must be
+//!    the key's, which the release notes state (aptrepo.rs writes that line for release-check).
 //! 3. `apt-get source mtgdrcopy` from the same repository (a `deb-src` entry with the same
 //!    `signed-by`): apt checks each file against the signed Sources index and unpacks it
 //!    (`dpkg-source --no-check -x`); then `dpkg-source --require-valid-signature
@@ -209,6 +210,7 @@ pub(super) fn test(
     root.run(sh, &purge)?;
 
     // 2. The apt repository.
+    another_key_is_refused(sh, root, &repo, key)?;
     let block = sh_block(&readme, FROM_APT)?;
     let block = rewrite(&block, RELEASES, &format!("file://{LOCAL_RELEASES}"))?;
     let block = rewrite(&block, APT_URL, &format!("file:{LOCAL_APT}"))?;
@@ -236,6 +238,57 @@ pub(super) fn test(
 }
 
 /// `apt-get source mtgdrcopy` through a `deb-src` entry beside the README's `deb` one.
+/// apt really checks the repository's signature: a sources entry for it whose `signed-by`
+/// names another key must fail `apt-get update` with NO_PUBKEY. The entry and the key are
+/// removed afterwards.
+fn another_key_is_refused(
+    sh: &Shell,
+    root: &Root,
+    repo: &aptrepo::Repo,
+    key: &aptrepo::TestKey,
+) -> Result<()> {
+    const LIST: &str = "/etc/apt/sources.list.d/stranger.list";
+    const KEYRING: &str = "/tmp/stranger.gpg";
+    let mut home = key.home.clone().into_os_string();
+    home.push("-stranger");
+    let stranger = aptrepo::TestKey::generate(sh, std::path::Path::new(&home), "stranger")?;
+    fs::write(root.new_file(KEYRING), stranger.public_key(sh)?)?;
+    let list = root.new_file(LIST);
+    if let Some(dir) = list.parent() {
+        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    fs::write(
+        &list,
+        format!(
+            "{}\n",
+            repo.sources_line(&format!("file:{LOCAL_APT}"), "main", KEYRING)
+        ),
+    )?;
+    // Only this entry is fetched: the root's Debian lists stay as they are.
+    let (ok, stdout, stderr) = root.output(
+        sh,
+        &[
+            "apt-get",
+            "update",
+            "-q",
+            "-o",
+            &format!("Dir::Etc::SourceList={LIST}"),
+            "-o",
+            "Dir::Etc::SourceParts=-",
+            "-o",
+            "APT::Get::List-Cleanup=0",
+        ],
+    )?;
+    root.run(sh, &["rm", "-f", LIST, KEYRING])?;
+    ensure!(
+        !ok && format!("{stdout}{stderr}").contains("NO_PUBKEY"),
+        "apt-get update accepted the repository with a sources entry naming another key \
+         (exit ok: {ok}):\n{stdout}{stderr}"
+    );
+    eprintln!("    apt repository: a sources entry naming another key is refused");
+    Ok(())
+}
+
 fn apt_get_source(
     sh: &Shell,
     root: &Root,
