@@ -120,7 +120,8 @@ const TESTBED_SHELLRC: &str = r##"# Written by cargo xtask test: the rc file of 
 # then waits 5 s for a "# " that follows a newline in the same read as the output, or in
 # new output. When the host reads the output and the prompt in one go (a loaded host does),
 # nothing new comes and the testbed setup fails. A line "# " before each prompt is either in
-# that read or the next one.
+# that read or the next one. (trixie's 5.49 looks at how the read ends instead: this can go
+# once the hosts run it.)
 PROMPT_COMMAND='printf "# \n"'
 "##;
 
