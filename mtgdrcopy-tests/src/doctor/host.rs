@@ -189,8 +189,14 @@ pub struct FakeRoot {
 #[cfg(test)]
 impl FakeRoot {
     pub fn new(name: &str) -> FakeRoot {
-        let dir =
-            std::env::temp_dir().join(format!("mtgdrcopy-doctor-{name}-{}", std::process::id()));
+        // Unique per instance: tests run in parallel threads of one process, and two of them
+        // may build a root of the same name (one's drop would remove the other's tree).
+        static MADE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!(
+            "mtgdrcopy-doctor-{name}-{}-{n}",
+            std::process::id()
+        ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temporary directory");
         FakeRoot { dir }
