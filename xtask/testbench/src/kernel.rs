@@ -147,7 +147,8 @@ fn bookworm_abi(release: &str) -> Option<u32> {
 /// if absent.
 fn cached_image(release: &str, apt: &Builder) -> Result<PathBuf> {
     let dir = paths::cache_dir().join("kernels").join(release);
-    let vmlinuz = dir.join("boot").join(format!("vmlinuz-{release}"));
+    let vmlinuz_in = |dir: &Path| dir.join("boot").join(format!("vmlinuz-{release}"));
+    let vmlinuz = vmlinuz_in(&dir);
     if vmlinuz.is_file() {
         return Ok(vmlinuz);
     }
@@ -155,14 +156,11 @@ fn cached_image(release: &str, apt: &Builder) -> Result<PathBuf> {
         "xtask: fetching the kernel image for {release} (once; cached in {})",
         dir.display()
     );
-    let kernel_in = |dir: &Path| {
-        dir.join("boot")
-            .join(format!("vmlinuz-{release}"))
-            .is_file()
-    };
-    xtask_base::files::cached_dir(&dir, kernel_in, |staging| {
-        fetch_image(release, staging, apt)
-    })?;
+    xtask_base::files::cached_dir(
+        &dir,
+        |dir| vmlinuz_in(dir).is_file(),
+        |staging| fetch_image(release, staging, apt),
+    )?;
     if !vmlinuz.is_file() {
         bail!("the image package for {release} has no boot/vmlinuz-{release}");
     }

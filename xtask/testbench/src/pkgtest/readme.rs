@@ -253,17 +253,8 @@ fn another_key_is_refused(
     home.push("-stranger");
     let stranger = aptrepo::TestKey::generate(sh, std::path::Path::new(&home), "stranger")?;
     fs::write(root.new_file(KEYRING), stranger.public_key(sh)?)?;
-    let list = root.new_file(LIST);
-    if let Some(dir) = list.parent() {
-        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    fs::write(
-        &list,
-        format!(
-            "{}\n",
-            repo.sources_line(&format!("file:{LOCAL_APT}"), "main", KEYRING)
-        ),
-    )?;
+    let entry = repo.sources_line(&format!("file:{LOCAL_APT}"), "main", KEYRING);
+    xtask_base::files::put_text(&root.new_file(LIST), &format!("{entry}\n"), 0o644)?;
     // Only this entry is fetched: the root's Debian lists stay as they are.
     let (ok, stdout, stderr) = root.output(
         sh,
