@@ -1,11 +1,15 @@
 //! ELF files in a package's tree: which are loadable (the package tests expect a -dbgsym
-//! package exactly then, and arm64 code in the arm64 packages), executable or shared library.
+//! package exactly then, and arm64 code in the arm64 packages), executable or shared library,
+//! and which symbol versions they need (the glibc floor). Read with the `object` crate (the
+//! gimli project's, what rustc's own tools read object files with) rather than by hand.
 
 use std::fs;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
+use object::elf::SHT_NOBITS;
+use object::read::elf::{ElfFile64, SectionHeader};
+use object::{Architecture, Endianness, Object, ObjectKind};
 
 use xtask_base::files;
 use xtask_base::targets::Target;
@@ -29,26 +33,17 @@ pub enum ElfKind {
     SharedObject,
 }
 
-/// The start of an ELF header: identification, e_type (16..18), e_machine (18..20). `None`
-/// for a file too short to be one.
-fn header(path: &Path) -> Result<Option<[u8; 20]>> {
-    let mut header = [0u8; 20];
-    let mut file = fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    match file.read_exact(&mut header) {
-        Ok(()) => Ok(Some(header)),
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
-    }
+fn read(path: &Path) -> Result<Vec<u8>> {
+    fs::read(path).with_context(|| format!("reading {}", path.display()))
 }
 
 /// The kind of `path` if it is a loadable ELF file (not an archive or a kernel object).
 pub fn elf_kind(path: &Path) -> Result<Option<ElfKind>> {
-    let Some(header) = header(path)? else {
-        return Ok(None);
+    let data = read(path)?;
+    let loadable = match object::File::parse(&*data) {
+        Ok(file) => matches!(file.kind(), ObjectKind::Executable | ObjectKind::Dynamic),
+        Err(_) => false,
     };
-    // ET_EXEC (2) or ET_DYN (3), little-endian (amd64, arm64).
-    let loadable =
-        &header[..4] == b"\x7fELF" && matches!(u16::from_le_bytes([header[16], header[17]]), 2 | 3);
     if !loadable {
         return Ok(None);
     }
@@ -65,116 +60,51 @@ pub fn elf_kind(path: &Path) -> Result<Option<ElfKind>> {
 
 /// Checks that `path` is an ELF file for `target` (the cross build really produced arm64 code).
 pub fn ensure_elf_for(path: &Path, target: &Target) -> Result<()> {
-    let header = header(path)?
-        .with_context(|| format!("{} is too short for an ELF file", path.display()))?;
-    // e_machine: EM_AARCH64 is 183.
-    let machine = u16::from_le_bytes([header[18], header[19]]);
+    let data = read(path)?;
+    let file = object::File::parse(&*data)
+        .with_context(|| format!("{} is not an object file", path.display()))?;
     let expected = match target.debian {
-        "arm64" => 183,
-        other => bail!("no ELF machine number known for {other}"),
+        "arm64" => Architecture::Aarch64,
+        other => anyhow::bail!("no ELF architecture known for {other}"),
     };
     ensure!(
-        &header[..4] == b"\x7fELF" && machine == expected,
-        "{} is not an ELF file for {} (e_machine {machine})",
+        file.format() == object::BinaryFormat::Elf && file.architecture() == expected,
+        "{} is not an ELF file for {} ({:?})",
         path.display(),
-        target.triple
+        target.triple,
+        file.architecture()
     );
     Ok(())
 }
 
-/// The symbol versions `path` needs, as (library, version) pairs: the `.gnu.version_r` section
-/// (SHT_GNU_verneed) of a little-endian ELF64 file (amd64, arm64), what the dynamic loader
-/// checks against the libraries it finds. Empty when the file has none (a static program, or
-/// a -dbgsym file whose section holds no data).
+/// The symbol versions `path` needs, as (library, version) pairs: its `.gnu.version_r`
+/// section, what the dynamic loader checks against the libraries it finds. Empty when the file
+/// has none (a static program, or a -dbgsym file, whose sections hold no data).
 pub fn needed_versions(path: &Path) -> Result<Vec<(String, String)>> {
-    let data = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    needed_versions_in(&data)
+    needed_versions_in(&read(path)?)
         .with_context(|| format!("{}: reading its version needs", path.display()))
 }
 
 fn needed_versions_in(data: &[u8]) -> Result<Vec<(String, String)>> {
-    ensure!(
-        data.get(..6) == Some(b"\x7fELF\x02\x01".as_slice()),
-        "not a little-endian ELF64 file"
-    );
-    let shoff = usize::try_from(u64_at(data, 0x28)?)?;
-    let (shentsize, shnum) = (
-        usize::from(u16_at(data, 0x3a)?),
-        usize::from(u16_at(data, 0x3c)?),
-    );
-    let section = |i: usize| -> Result<Section> {
-        let at = shoff + i * shentsize;
-        Ok(Section {
-            kind: u32_at(data, at + 4)?,
-            offset: usize::try_from(u64_at(data, at + 24)?)?,
-            link: usize::try_from(u32_at(data, at + 40)?)?,
-            info: u32_at(data, at + 44)?,
-        })
-    };
-    const SHT_GNU_VERNEED: u32 = 0x6fff_fffe;
-    const SHT_NOBITS: u32 = 8;
+    let file = ElfFile64::<Endianness>::parse(data).context("not an ELF64 file")?;
+    let endian = file.endian();
+    let sections = file.elf_section_table();
     let mut needed = Vec::new();
-    for i in 0..shnum {
-        let verneed = section(i)?;
-        if verneed.kind != SHT_GNU_VERNEED {
-            continue;
-        }
-        let strings = section(verneed.link)?;
-        if strings.kind == SHT_NOBITS {
-            continue;
-        }
-        let string = |at: u32| -> Result<String> {
-            let start = strings.offset + usize::try_from(at)?;
-            let rest = data
-                .get(start..)
-                .context("a name past the end of the file")?;
-            let end = rest
-                .iter()
-                .position(|&b| b == 0)
-                .context("an unterminated name")?;
-            Ok(String::from_utf8_lossy(&rest[..end]).into_owned())
-        };
-        // sh_info entries (Elf64_Verneed), each with vn_cnt Elf64_Vernaux.
-        let mut entry = verneed.offset;
-        for _ in 0..verneed.info {
-            let (count, file) = (u16_at(data, entry + 2)?, u32_at(data, entry + 4)?);
-            let library = string(file)?;
-            let mut aux = entry + usize::try_from(u32_at(data, entry + 8)?)?;
-            for _ in 0..count {
-                needed.push((library.clone(), string(u32_at(data, aux + 8)?)?));
-                aux += usize::try_from(u32_at(data, aux + 12)?)?;
-            }
-            entry += usize::try_from(u32_at(data, entry + 12)?)?;
+    let Some((mut entries, link)) = sections.gnu_verneed(endian, data)? else {
+        return Ok(needed);
+    };
+    if sections.section(link)?.sh_type(endian) == SHT_NOBITS {
+        return Ok(needed);
+    }
+    let strings = sections.strings(endian, data, link)?;
+    while let Some((entry, mut versions)) = entries.next()? {
+        let library = String::from_utf8_lossy(entry.file(endian, strings)?).into_owned();
+        while let Some(version) = versions.next()? {
+            let name = version.name(endian, strings)?;
+            needed.push((library.clone(), String::from_utf8_lossy(name).into_owned()));
         }
     }
     Ok(needed)
-}
-
-/// What `needed_versions_in` reads of a section header.
-struct Section {
-    kind: u32,
-    offset: usize,
-    link: usize,
-    info: u32,
-}
-
-fn bytes_at<const N: usize>(data: &[u8], at: usize) -> Result<[u8; N]> {
-    let slice = data
-        .get(at..at.checked_add(N).context("an offset overflows")?)
-        .with_context(|| format!("offset {at:#x} is past the end of the file"))?;
-    Ok(slice.try_into()?)
-}
-
-fn u16_at(data: &[u8], at: usize) -> Result<u16> {
-    Ok(u16::from_le_bytes(bytes_at(data, at)?))
-}
-
-fn u32_at(data: &[u8], at: usize) -> Result<u32> {
-    Ok(u32::from_le_bytes(bytes_at(data, at)?))
-}
-
-fn u64_at(data: &[u8], at: usize) -> Result<u64> {
-    Ok(u64::from_le_bytes(bytes_at(data, at)?))
 }
 
 #[cfg(test)]
@@ -209,6 +139,24 @@ mod tests {
         assert_eq!(ours, theirs);
         assert!(needed_versions_in(b"\x7fELF\x01\x01").is_err());
         assert!(needed_versions_in(&[0x7f, b'E', b'L', b'F', 2, 1, 0, 0]).is_err());
+        Ok(())
+    }
+
+    /// A test program is an executable; the same bytes named like a library are one; a file
+    /// that is no ELF file is neither.
+    #[test]
+    fn kinds() -> Result<()> {
+        let exe = std::env::current_exe()?;
+        assert_eq!(elf_kind(&exe)?, Some(ElfKind::Executable));
+        let dir = std::env::temp_dir().join(format!("elf-kinds-{}", std::process::id()));
+        fs::create_dir_all(&dir)?;
+        let lib = dir.join("libx.so.1");
+        fs::copy(&exe, &lib)?;
+        let text = dir.join("notes.txt");
+        fs::write(&text, "not an ELF file")?;
+        let kinds = (elf_kind(&lib)?, elf_kind(&text)?);
+        fs::remove_dir_all(&dir)?;
+        assert_eq!(kinds, (Some(ElfKind::SharedObject), None));
         Ok(())
     }
 }

@@ -14,6 +14,8 @@ use std::process::{Command, Stdio};
 use std::time::UNIX_EPOCH;
 
 use anyhow::{bail, ensure, Context, Result};
+use object::read::elf::{ElfFile64, ProgramHeader};
+use object::Endianness;
 
 use xtask_base::{host, paths};
 
@@ -127,39 +129,20 @@ fn has_pvh_note(elf: &[u8]) -> bool {
     pvh_note(elf).unwrap_or(false)
 }
 
-fn pvh_note(elf: &[u8]) -> Option<bool> {
-    let u16_at = |off: usize| Some(u16::from_le_bytes(elf.get(off..off + 2)?.try_into().ok()?));
-    let u32_at = |off: usize| Some(u32::from_le_bytes(elf.get(off..off + 4)?.try_into().ok()?));
-    let u64_at = |off: usize| {
-        let v = u64::from_le_bytes(elf.get(off..off + 8)?.try_into().ok()?);
-        usize::try_from(v).ok()
-    };
-    // 64-bit, little-endian.
-    if elf.get(..6)? != b"\x7fELF\x02\x01" {
-        return Some(false);
-    }
-    let phoff = u64_at(0x20)?;
-    let phentsize = usize::from(u16_at(0x36)?);
-    let phnum = usize::from(u16_at(0x38)?);
-    for i in 0..phnum {
-        let ph = phoff + i * phentsize;
-        const PT_NOTE: u32 = 4;
-        if u32_at(ph)? != PT_NOTE {
+fn pvh_note(elf: &[u8]) -> object::read::Result<bool> {
+    let file = ElfFile64::<Endianness>::parse(elf)?;
+    let endian = file.endian();
+    for header in file.elf_program_headers() {
+        let Some(mut notes) = header.notes(endian, elf)? else {
             continue;
-        }
-        let (mut at, end) = (u64_at(ph + 0x08)?, u64_at(ph + 0x08)? + u64_at(ph + 0x20)?);
-        while at + 12 <= end {
-            let namesz = usize::try_from(u32_at(at)?).ok()?;
-            let descsz = usize::try_from(u32_at(at + 4)?).ok()?;
-            let kind = u32_at(at + 8)?;
-            let name = elf.get(at + 12..at + 12 + namesz)?;
-            if name == b"Xen\0" && kind == XEN_ELFNOTE_PHYS32_ENTRY {
-                return Some(true);
+        };
+        while let Some(note) = notes.next()? {
+            if note.name() == b"Xen" && note.n_type(endian).0 == XEN_ELFNOTE_PHYS32_ENTRY {
+                return Ok(true);
             }
-            at += 12 + namesz.next_multiple_of(4) + descsz.next_multiple_of(4);
         }
     }
-    Some(false)
+    Ok(false)
 }
 
 #[cfg(test)]
@@ -184,7 +167,7 @@ mod tests {
     fn finds_the_pvh_note() {
         // ELF header (64 bytes) + one PT_NOTE program header at 64 + one note at 120.
         let mut elf = vec![0u8; 120];
-        elf[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        elf[..7].copy_from_slice(b"\x7fELF\x02\x01\x01");
         elf[0x20..0x28].copy_from_slice(&64u64.to_le_bytes());
         elf[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
         elf[0x38..0x3a].copy_from_slice(&1u16.to_le_bytes());
