@@ -47,7 +47,7 @@ pub const STEP: &str = "packages: debian/tests under autopkgtest (bookworm roots
 pub fn test_step(sh: &Shell, vm: bool) -> Result<()> {
     host::ensure_host_packages(&["autopkgtest", "qemu-utils", "e2fsprogs"])?;
     host::ensure_host_packages(crate::vmtest::HOST_PACKAGES)?;
-    let debs = release_debs(sh)?;
+    let debs = release_debs(sh, &Package::SPLIT)?;
     let dir = paths::build_dir().join("autopkgtest");
     let _lock = xtask_base::files::lock_file(&dir.join(".lock"), "running autopkgtest")?;
     let source = source_tree(sh, &dir, &debs)?;
@@ -129,7 +129,7 @@ pub(crate) fn test_roots(sh: &Shell, debs: &[(Package, PathBuf)]) -> Result<[Tes
             name: "host",
             what: "host root (DKMS, headers)",
             layers: host_layers,
-            debs: paths(|_| true),
+            debs: paths(|p| *p != Package::Bundle),
         },
         TestRoot {
             name: "container",
@@ -334,9 +334,9 @@ fn source_tree(sh: &Shell, dir: &Path, debs: &[(Package, PathBuf)]) -> Result<Pa
     Ok(tree)
 }
 
-/// The split packages' .debs of this release for this machine's architecture in build/, as
+/// The .debs of `packages` of this release for this machine's architecture in build/, as
 /// deb-all left them; built only when one is missing or of another version.
-pub(crate) fn release_debs(sh: &Shell) -> Result<Vec<(Package, PathBuf)>> {
+pub(crate) fn release_debs(sh: &Shell, packages: &[Package]) -> Result<Vec<(Package, PathBuf)>> {
     let ws = Workspace::load()?;
     let revision = debian::revision()?;
     // build/ also holds the arm64 step's .debs, which the testbed cannot install.
@@ -345,7 +345,7 @@ pub(crate) fn release_debs(sh: &Shell) -> Result<Vec<(Package, PathBuf)>> {
         .read()
         .context("asking dpkg for this machine's architecture")?;
     let mut found = Vec::new();
-    for package in Package::SPLIT {
+    for &package in packages {
         let version = versions::package_version(&ws, package, &revision)?;
         let arch = if package.arch_all() {
             "all"
@@ -359,7 +359,7 @@ pub(crate) fn release_debs(sh: &Shell) -> Result<Vec<(Package, PathBuf)>> {
             let built = xtask_pack::deb::build_everything(sh, &ws)?;
             return Ok(built
                 .into_iter()
-                .filter(|b| b.package != Package::Bundle)
+                .filter(|b| packages.contains(&b.package))
                 .map(|b| (b.package, b.path))
                 .collect());
         }

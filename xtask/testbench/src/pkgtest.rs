@@ -1,33 +1,21 @@
 //! The packaging steps of `cargo xtask test`: build every .deb, check the glibc floor of every
 //! ELF file in them (glibcfloor.rs), run lintian on them, build them again from the source
 //! package (source.rs) and from a copy of the tree at another path (repro.rs), and prove them by
-//! installing them: the install test below, the README's own commands with the apt repository
-//! and `apt-get source` (readme.rs) on bookworm, and all of that on bullseye (bullseye.rs). The
-//! maintainer scripts' and mtgdrdrv-load's unit tests are in scripts/.
+//! installing them: the README's own commands with the apt repository and `apt-get source`
+//! (readme.rs) on bookworm, all of that on bullseye (bullseye.rs), and the upgrade paths
+//! (upgrade.rs). The maintainer scripts' and mtgdrdrv-load's unit tests are in scripts/.
 //!
-//! The install test, in order (install.rs):
-//! 1. **Host.** A bookworm root with dkms and the VM kernel's headers (root.rs: cached layers
-//!    under a fresh overlay) gets the four packages. Checked: DKMS built and installed
-//!    mtgdrdrv.ko for that kernel (and only it: the CRC stub is not installed), dkms.conf's
-//!    version is the source directory's, the udev rule and modprobe.d softdep are in /usr/lib
-//!    (and no modules-load.d file).
-//! 2. **Purge.** `apt-get purge` of the four: DKMS no longer knows mtgdrdrv, the module is gone
-//!    and no file is left that was not there before the install.
-//! 3. **Bundle.** The single-package build on the same root: DKMS installs the module again,
-//!    then its purge leaves the root as clean.
-//!
-//! Elsewhere: the install from the signed repository (a sources entry naming another key
-//! refused) is the README test's (readme.rs); the C consumer through pkg-config and
-//! dpkg-shlibdeps, the container root's layout and the DKMS failure paths are debian/tests
-//! under autopkgtest on the same roots; what the packages do on a booted host with a GPU is
-//! debian/tests/gpu on a VM with the emulated GPU (autopkgtest/vm.rs).
+//! Elsewhere, on roots of the same layers (root.rs): the install and purge of the four packages
+//! and of the single-package build, with DKMS building the module, are piuparts' (piuparts.rs);
+//! the tests of the installed files (DKMS's build, the module's files, the C consumer, the
+//! container layout, the DKMS failure paths) are debian/tests under autopkgtest
+//! (autopkgtest.rs); what the packages do on a booted host with a GPU is debian/tests/gpu on a
+//! VM with the emulated GPU (autopkgtest/vm.rs).
 
 mod bullseye;
 mod debs;
 pub(crate) mod dkms;
 mod guest;
-mod install;
-mod installed;
 mod readme;
 mod repro;
 pub(crate) mod root;
@@ -55,21 +43,14 @@ use xtask_pack::debhelper;
 use xtask_pack::stage::Package;
 
 use debs::{built, find, host_arch};
-use install::install_test;
 
 pub(crate) use guest::emulated_provider;
 
-/// The packaging steps; the install and upgrade tests only with `vm` (they boot QEMU).
+/// The packaging steps; the install tests only with `vm` (the upgrade test boots QEMU).
 pub fn test_steps(vm: bool) -> Vec<Step<'static>> {
     let debs: Rc<RefCell<Option<Vec<Built>>>> = Rc::default();
     let upgrade = upgrade::test_step(debs.clone());
-    let (d1, d2, d3, d4, d5) = (
-        debs.clone(),
-        debs.clone(),
-        debs.clone(),
-        debs.clone(),
-        debs.clone(),
-    );
+    let (d1, d2, d4, d5) = (debs.clone(), debs.clone(), debs.clone(), debs.clone());
     let (d6, d7, d8) = (debs.clone(), debs.clone(), debs);
     let mut steps: Vec<Step<'static>> = vec![
         (
@@ -107,10 +88,6 @@ pub fn test_steps(vm: bool) -> Vec<Step<'static>> {
     ];
     if vm {
         steps.push((
-            "packages: install on bookworm (DKMS), purge; the single-package build likewise",
-            Box::new(move |sh: &Shell| install_test(sh, &built(sh, &d3)?)),
-        ));
-        steps.push((
             "packages: README quick start, apt repository, apt-get source (bookworm)",
             Box::new(move |sh: &Shell| bullseye::readme_on_bookworm(sh, &built(sh, &d7)?)),
         ));
@@ -129,7 +106,7 @@ pub struct Args {
     /// Skip lintian.
     #[arg(long)]
     no_lintian: bool,
-    /// Skip the install test.
+    /// Skip the install tests (piuparts) and the upgrade test.
     #[arg(long)]
     no_install: bool,
     #[command(flatten)]
@@ -148,7 +125,7 @@ pub fn cli(args: Args) -> Result<()> {
         deb::lintian(&sh, &debs)?;
     }
     if !args.no_install {
-        install_test(&sh, &debs)?;
+        crate::piuparts::test_step(&sh)?;
     }
     if !args.no_install && !args.upgrade.no_upgrade {
         upgrade::test(&sh, &debs)?;

@@ -1,14 +1,12 @@
-//! The .debs as the package tests take them: built once for all the steps, picked by package,
-//! copied into a root; and the architecture they are built for.
+//! The .debs as the package tests take them: built once for all the steps, picked by package;
+//! and the architecture they are built for.
 
 use std::cell::RefCell;
-use std::fs;
 use std::rc::Rc;
 
 use anyhow::{Context, Result};
 use xshell::Shell;
 
-use super::root::Root;
 use xtask_base::workspace::Workspace;
 use xtask_pack::deb::{self, Built};
 use xtask_pack::stage::Package;
@@ -31,24 +29,6 @@ pub(super) fn find(debs: &[Built], package: Package) -> Result<&Built> {
     debs.iter()
         .find(|d| d.package == package)
         .with_context(|| format!("no .deb was built for {package:?}"))
-}
-
-/// Copies the .debs into the root's /tmp/debs; returns their paths there.
-pub(super) fn put_debs(root: &Root, debs: &[&Built]) -> Result<Vec<String>> {
-    let _lock = xtask_base::files::lock()?;
-    let dir = root.new_file("/tmp/debs");
-    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut inside = Vec::new();
-    for d in debs {
-        let name = d
-            .path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .context("deb file name")?;
-        fs::copy(&d.path, dir.join(name)).with_context(|| format!("copying {name}"))?;
-        inside.push(format!("/tmp/debs/{name}"));
-    }
-    Ok(inside)
 }
 
 /// The Debian architecture and multiarch tuple of the machine we build on (native builds only).

@@ -1,8 +1,8 @@
 //! Tests of debian/scripts/mtgdrdrv-load, the script that decides whether mtgdrdrv may be loaded (for
 //! the postinst and insmod.sh), run on the host against a fake sysfs tree (`MTGDRDRV_SYSFS`)
 //! with stand-ins for insmod, rmmod and modprobe first on PATH, which log their arguments and
-//! add or remove the fake tree's /sys/module/mtgdrdrv. The package install test runs the
-//! shipped script in a VM against the real sysfs and the emulated provider.
+//! add or remove the fake tree's /sys/module/mtgdrdrv. debian/tests/gpu runs the shipped script
+//! on autopkgtest's VM testbed against the real sysfs and the emulated provider.
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -233,4 +233,32 @@ fn rejects_unknown_options() {
     assert_eq!(run.code, 1, "{run:?}");
     assert!(run.stderr.starts_with("usage: mtgdrdrv-load"), "{run:?}");
     assert!(run.calls.is_empty(), "{run:?}");
+}
+
+/// The code of a shell script of the tree, without its comments.
+fn code(path: &str) -> String {
+    fs::read_to_string(paths::root().join(path))
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// debian/tests/gpu runs mtgdrdrv-load exactly as the postinst does, from where the package
+/// installs it (debian/scripts/install-tree; the postinst's `@LOAD_SCRIPT@`, filled in by
+/// debian/rules), and the postinst loads mtgdrdrv only through it; gpu checks the softdep
+/// where the package installs it.
+#[test]
+fn the_gpu_test_runs_mtgdrdrv_load_as_the_postinst_does() {
+    let postinst = code("debian/mtgdrdrv-dkms.postinst.in");
+    assert_eq!(postinst.matches("@LOAD_SCRIPT@ --if-provider").count(), 1);
+    assert!(
+        !postinst.contains("modprobe"),
+        "the postinst loads mtgdrdrv itself"
+    );
+    let gpu = code("debian/tests/gpu");
+    assert!(gpu.contains("load_script=/usr/lib/mtgdrdrv/mtgdrdrv-load\n"));
+    assert!(gpu.contains("softdep=/usr/lib/modprobe.d/mtgdrdrv.conf\n"));
+    assert_eq!(gpu.matches("\"$load_script\" --if-provider").count(), 2);
 }

@@ -31,7 +31,7 @@ pub(super) fn full_upgrade(
     let output = repo.apt(sh, &["install", "mtgdrcopy"])?;
     expect_installed(sh, root, this, "after apt-get install mtgdrcopy")?;
     let old_kmod = upstream(version(this, Package::Kmod)?);
-    check_dkms_installed(sh, root, release, old_kmod, &output)?;
+    check_dkms_installed(sh, root, &output)?;
     let ko = format!("/lib/modules/{release}/updates/dkms/mtgdrdrv.ko");
     let old_module = srcversion(sh, root, &ko)?;
     timed("full upgrade: this release installed (DKMS)", t);
@@ -49,7 +49,7 @@ pub(super) fn full_upgrade(
         next.len()
     );
     let new_kmod = upstream(version(next, Package::Kmod)?);
-    check_dkms_installed(sh, root, release, new_kmod, &output)?;
+    check_dkms_installed(sh, root, &output)?;
     let status = root.run(sh, &["dkms", "status", "-m", "mtgdrdrv"])?;
     ensure!(
         status.trim().lines().count() == 1,

@@ -6,7 +6,7 @@ use std::time::Instant;
 use anyhow::{ensure, Result};
 use xshell::Shell;
 
-use super::release::{deb, expect_installed, srcversion, upstream, version, Deb};
+use super::release::{deb, expect_installed, srcversion, version, Deb};
 use super::repo::Repo;
 use xtask_pack::stage::Package;
 
@@ -28,8 +28,7 @@ pub(super) fn library_upgrade(
     repo.publish(sh, this)?;
     let output = repo.apt(sh, &["install", "mtgdrcopy"])?;
     expect_installed(sh, root, this, "after apt-get install mtgdrcopy")?;
-    let kmod = upstream(version(this, Package::Kmod)?);
-    check_dkms_installed(sh, root, release, kmod, &output)?;
+    check_dkms_installed(sh, root, &output)?;
     let ko = format!("/lib/modules/{release}/updates/dkms/mtgdrdrv.ko");
     let module = srcversion(sh, root, &ko)?;
     timed("library only: this release installed (DKMS)", t);
