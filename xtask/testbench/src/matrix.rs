@@ -11,7 +11,8 @@
 //!   does not cover modpost.
 //! - dkms build: the mtgdrdrv-dkms .deb of this tree installed with dpkg (its postinst builds
 //!   for every kernel with headers: the suite's; the host's `uname -r` has none in the chroot
-//!   and is skipped), `dkms build` for the suite's kernel, the module's vermagic checked, and the
+//!   and is skipped), debian/tests/dkms-build run in the chroot (installed for the suite's
+//!   kernel, vermagic, no stub), the DKMS build log read for warnings in our files, and the
 //!   package purged so that the cached chroot stays as it was.
 //! - VM e2e: vmtest::run_module_tests, for bookworm with the host's 6.1 kernel (the step of
 //!   `cargo xtask test`), for sid with the image of the chroot's kernel and modules built there.
