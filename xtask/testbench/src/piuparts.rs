@@ -30,11 +30,15 @@ use anyhow::{ensure, Context, Result};
 use xshell::{cmd, Shell};
 
 use crate::autopkgtest::{release_debs, test_roots, TestRoot};
-use crate::pkgtest::dkms::KEPT_BY_DKMS;
 use crate::pkgtest::root;
 use crate::step::timed;
 use xtask_base::{files, host, paths};
 use xtask_pack::stage::Package;
+
+/// DKMS's module signing key pair, generated the first time DKMS signs a module (here, ours):
+/// DKMS's state, not the package's, and kept on purpose, since it may be enrolled in the
+/// firmware's MOK list by then.
+pub(crate) const KEPT_BY_DKMS: &[&str] = &["/var/lib/dkms/mok.key", "/var/lib/dkms/mok.pub"];
 
 /// debian/tests run after the install on the DKMS root (piuparts runs `post_install*` scripts).
 const POST_INSTALL: &[&str] = &["dkms-build", "module-files"];

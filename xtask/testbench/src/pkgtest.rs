@@ -13,8 +13,8 @@
 //! VM with the emulated GPU (autopkgtest/vm.rs).
 
 mod bullseye;
+pub(crate) mod debian_tests;
 mod debs;
-pub(crate) mod dkms;
 mod guest;
 mod readme;
 mod repro;

@@ -6,22 +6,23 @@
 //! - the README's quick start, apt repository lines and `apt-get source` (readme.rs): apt
 //!   installs the four packages from the release's files and from the signed repository
 //!   (refused if a package needed a newer libc6), and DKMS builds mtgdrdrv there;
-//! - DKMS built and installed mtgdrdrv.ko for the root's 5.10 kernel, with bullseye's gcc;
-//! - every mtgdrcopy_* program and libgdrapi.so.1 load under glibc 2.31: each program's
-//!   `--version` and `--help` exit 0.
+//! - DKMS built and installed mtgdrdrv.ko for the root's 5.10 kernel, with bullseye's gcc and
+//!   DKMS 2.8, with the module's files in place (debian/tests/dkms-build, module-files);
+//! - every mtgdrcopy_* program and libgdrapi.so.1 load under glibc 2.31: each program answers
+//!   `--version` and `--help`, and without a GPU exits 77 with one line
+//!   (debian/tests/tools-without-gpu).
 //!
 //! Not here: loading the module and copying (no 5.10 VM with the emulated provider): the
 //! kernel matrix builds the module against 5.10 in its own bullseye chroot, and the VM tests run
 //! it on bookworm's kernel.
 
-use anyhow::{ensure, Context, Result};
+use anyhow::Result;
 use xshell::Shell;
 
-use super::readme;
 use super::root::{self, Root};
+use super::{debian_tests, readme};
 use crate::kernel;
 use xtask_base::paths;
-use xtask_base::workspace::Workspace;
 use xtask_pack::aptrepo;
 use xtask_pack::deb::Built;
 
@@ -59,38 +60,15 @@ pub(super) fn test_step(sh: &Shell, debs: &[Built]) -> Result<()> {
     let source = xtask_pack::dsc::build(sh)?;
     readme::test(sh, &root, debs, &source, &key(sh, "bullseye")?)?;
 
-    // DKMS built the module for bullseye's kernel (the only headers in the root).
-    let releases = root.run(sh, &["ls", "/lib/modules"])?;
-    let release = releases
-        .lines()
-        .find(|r| r.starts_with("5.10."))
-        .with_context(|| format!("no 5.10 kernel in the bullseye root: {releases}"))?;
-    let status = root.run(sh, &["dkms", "status", "mtgdrdrv"])?;
-    ensure!(
-        status.contains(release) && status.contains("installed"),
-        "dkms status in the bullseye root: {status}"
-    );
-    let ko = format!("/lib/modules/{release}/updates/dkms/mtgdrdrv.ko");
-    let ko_xz = format!("{ko}.xz");
-    ensure!(
-        root.exists(sh, &ko)? || root.exists(sh, &ko_xz)?,
-        "DKMS installed no {ko} in the bullseye root"
-    );
-    eprintln!("    DKMS: mtgdrdrv built and installed for {release}");
-
-    // The programs (and so libgdrapi.so.1, which they link) load under glibc 2.31.
-    let ws = Workspace::load()?;
-    let bins = &ws.krate("mtgdrcopy-tests")?.bins;
-    for bin in bins {
-        for option in ["--version", "--help"] {
-            root.run(sh, &[bin, option])
-                .with_context(|| format!("{bin} {option} on bullseye"))?;
-        }
-    }
-    eprintln!(
-        "    {} programs: --version and --help under {}",
-        bins.len(),
-        glibc.trim()
-    );
+    // DKMS built the module for bullseye's kernel (the only headers in the root) with its
+    // files in place; every program (and so libgdrapi.so.1, which they link) runs under its
+    // glibc.
+    let tests = [debian_tests::DKMS, &["tools-without-gpu"]].concat();
+    debian_tests::run(
+        sh,
+        &root,
+        &tests,
+        &format!("in the bullseye root ({})", glibc.trim()),
+    )?;
     Ok(())
 }

@@ -10,7 +10,8 @@ use super::release::{expect_installed, srcversion, upstream, version, Deb};
 use super::repo::Repo;
 use xtask_pack::stage::Package;
 
-use crate::pkgtest::dkms::{check_dkms_installed, KEPT_BY_DKMS};
+use crate::piuparts::KEPT_BY_DKMS;
+use crate::pkgtest::debian_tests;
 use crate::pkgtest::guest::package_files;
 use crate::pkgtest::root::Root;
 use crate::step::timed;
@@ -31,7 +32,12 @@ pub(super) fn full_upgrade(
     let output = repo.apt(sh, &["install", "mtgdrcopy"])?;
     expect_installed(sh, root, this, "after apt-get install mtgdrcopy")?;
     let old_kmod = upstream(version(this, Package::Kmod)?);
-    check_dkms_installed(sh, root, &output)?;
+    debian_tests::run(
+        sh,
+        root,
+        debian_tests::DKMS,
+        &format!("apt-get said:\n{output}"),
+    )?;
     let ko = format!("/lib/modules/{release}/updates/dkms/mtgdrdrv.ko");
     let old_module = srcversion(sh, root, &ko)?;
     timed("full upgrade: this release installed (DKMS)", t);
@@ -49,7 +55,12 @@ pub(super) fn full_upgrade(
         next.len()
     );
     let new_kmod = upstream(version(next, Package::Kmod)?);
-    check_dkms_installed(sh, root, &output)?;
+    debian_tests::run(
+        sh,
+        root,
+        debian_tests::DKMS,
+        &format!("apt-get said:\n{output}"),
+    )?;
     let status = root.run(sh, &["dkms", "status", "-m", "mtgdrdrv"])?;
     ensure!(
         status.trim().lines().count() == 1,

@@ -10,7 +10,7 @@ use super::release::{deb, expect_installed, srcversion, version, Deb};
 use super::repo::Repo;
 use xtask_pack::stage::Package;
 
-use crate::pkgtest::dkms::check_dkms_installed;
+use crate::pkgtest::debian_tests;
 use crate::step::timed;
 
 /// Installs this release, then the next release's library and tools alone; the next major of
@@ -28,7 +28,12 @@ pub(super) fn library_upgrade(
     repo.publish(sh, this)?;
     let output = repo.apt(sh, &["install", "mtgdrcopy"])?;
     expect_installed(sh, root, this, "after apt-get install mtgdrcopy")?;
-    check_dkms_installed(sh, root, &output)?;
+    debian_tests::run(
+        sh,
+        root,
+        debian_tests::DKMS,
+        &format!("apt-get said:\n{output}"),
+    )?;
     let ko = format!("/lib/modules/{release}/updates/dkms/mtgdrdrv.ko");
     let module = srcversion(sh, root, &ko)?;
     timed("library only: this release installed (DKMS)", t);
