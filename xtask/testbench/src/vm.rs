@@ -475,60 +475,6 @@ impl Drop for WorkDir {
     }
 }
 
-/// `cargo xtask vm --selftest`: one non-interactive boot that checks the harness itself.
-pub fn selftest(kernel: Kernel, extra_cmdline: &str) -> Result<()> {
-    let release = kernel.release.clone();
-    let spec = VmSpec {
-        script: "echo hello\n\
-                 cat /proc/version\n\
-                 ls /sys/bus/pci/devices\n\
-                 for d in /sys/bus/pci/devices/*; do echo \"pci $(cat $d/vendor):$(cat $d/device)\"; done\n\
-                 grep -qw pat /proc/cpuinfo && echo cpu-has-pat\n\
-                 echo \"uptime $(cat /proc/uptime)\"\n\
-                 exit 3\n"
-            .into(),
-        timeout: Duration::from_secs(120),
-        extra_cmdline: extra_cmdline.into(),
-        ..VmSpec::new(kernel)
-    };
-    let log = paths::build_dir().join("vm").join("selftest.log");
-    let outcome = run(&spec, &log)?;
-    let console = &outcome.console;
-    let checks = [
-        ("exit status 3", outcome.exit_code == Some(3)),
-        ("script output", console.contains("hello")),
-        ("booted kernel", console.contains(&release)),
-        (
-            "kernel headers",
-            spec.kernel.headers.join("Makefile").is_file(),
-        ),
-        ("ivshmem 1af4:1110", console.contains("pci 0x1af4:0x1110")),
-        ("PAT in the guest CPU", console.contains("cpu-has-pat")),
-        ("no kernel problems", outcome.kernel_problems.is_empty()),
-    ];
-    let failed: Vec<&str> = checks.iter().filter(|c| !c.1).map(|c| c.0).collect();
-    if !failed.is_empty() {
-        bail!(
-            "VM self-test failed: {}\nexit code {:?}, kernel problems: {:?}\nconsole in {}:\n{}",
-            failed.join(", "),
-            outcome.exit_code,
-            outcome.kernel_problems,
-            log.display(),
-            tail(console, 40)
-        );
-    }
-    let uptime = console
-        .lines()
-        .find_map(|l| l.trim_end_matches('\r').strip_prefix("uptime "))
-        .and_then(|u| u.split_whitespace().next())
-        .unwrap_or("?");
-    println!(
-        "vm selftest ok: {release}, {:.1} s from QEMU start to power-off, guest uptime at script end {uptime} s",
-        outcome.duration.as_secs_f64()
-    );
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

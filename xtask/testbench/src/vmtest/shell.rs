@@ -21,17 +21,11 @@ pub struct Args {
     /// /usr/bin, LD_LIBRARY_PATH set), print the console and exit with its status.
     #[arg(long, value_name = "CMD")]
     run: Option<String>,
-    /// Boot once non-interactively and check the harness itself (exit status, ivshmem, PAT).
-    #[arg(long, hide = true)]
-    selftest: bool,
 }
 
 /// `cargo xtask vm`: a shell in the guest, on this terminal.
 pub fn cli(args: Args) -> Result<()> {
     let kernel = kernel::bookworm_kernel()?;
-    if args.selftest {
-        return vm::selftest(kernel, &args.kernel_cmdline);
-    }
     eprintln!(
         "xtask: booting {} under TCG with mtgpu_emu and mtgdrdrv loaded; the shell comes after \
          ~5 s. Leave with `poweroff -f` or Ctrl-A x.",
