@@ -46,7 +46,7 @@ pub enum Command {
     KmodMatrix(matrix::Args),
     /// Only the arm64 steps of `test`: tests under qemu-user, header test, packages, lintian.
     CrossTest,
-    /// Only the packaging steps of `test`: build the .debs, lintian, install test.
+    /// Only the packaging steps of `test`: build the .debs, lintian, piuparts, the upgrade test.
     TestPackages(pkgtest::Args),
     /// Check a static libgdrapi.a: only gdr_* global, no bitcode, links beside other Rust code.
     CheckStaticlib(staticlib::Args),

@@ -33,12 +33,12 @@ fn key(sh: &Shell, name: &str) -> Result<aptrepo::TestKey> {
     aptrepo::TestKey::generate(sh, &home, "mtgdrcopy-test-archive")
 }
 
-/// The README's commands on bookworm, in a root of the install test's layers.
+/// The README's commands on bookworm, in a root of the DKMS layers (root.rs).
 pub(super) fn readme_on_bookworm(sh: &Shell, debs: &[Built]) -> Result<()> {
     // The roots in build/pkgtest/ are one run's at a time.
     let _lock = xtask_base::files::lock_file(
         &paths::build_dir().join("pkgtest/.lock"),
-        "running the package install test",
+        "running a package test",
     )?;
     let layers = root::dkms_layers(sh, &kernel::bookworm_kernel()?)?;
     let root = Root::fresh(layers, "readme-bookworm")?;
@@ -51,7 +51,7 @@ pub(super) fn test_step(sh: &Shell, debs: &[Built]) -> Result<()> {
     // The roots in build/pkgtest/ are one run's at a time.
     let _lock = xtask_base::files::lock_file(
         &paths::build_dir().join("pkgtest/.lock"),
-        "running the package install test",
+        "running a package test",
     )?;
     let layers = root::bullseye_layers(sh)?;
     let root = Root::fresh(layers, "bullseye")?;

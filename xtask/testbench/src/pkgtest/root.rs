@@ -1,4 +1,4 @@
-//! Debian root file systems for the install test, as overlayfs layers made with debootstrap
+//! Debian root file systems for the package tests, as overlayfs layers made with debootstrap
 //! and apt, cached in `cache_dir()/roots/<suite>/`: bookworm's (below), and bullseye's (the
 //! oldest Debian this machine's archive serves: glibc 2.31, kernel 5.10), a minbase and one
 //! layer of [`BULLSEYE_PACKAGES`] on it. Bookworm's:

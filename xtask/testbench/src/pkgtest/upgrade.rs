@@ -99,10 +99,10 @@ pub fn cli(sh: &Shell) -> Result<()> {
 
 pub fn test(sh: &Shell, debs: &[Built]) -> Result<()> {
     host::ensure_host_packages(vmtest::HOST_PACKAGES)?;
-    // The roots in build/pkgtest/ are one run's at a time (the install test's lock).
+    // The roots in build/pkgtest/ are one run's at a time (the package tests' lock).
     let _lock = files::lock_file(
         &paths::build_dir().join("pkgtest/.lock"),
-        "running a package install test",
+        "running a package test",
     )?;
     let kernel = kernel::bookworm_kernel()?;
     let mut this = Vec::new();
