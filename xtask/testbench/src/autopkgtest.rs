@@ -31,7 +31,7 @@ use xshell::{cmd, Shell};
 mod troubleshooting;
 mod vm;
 
-use crate::pkgtest::root;
+use crate::pkgtest::{debian_tests, root};
 use crate::step::timed;
 use xtask_base::{debian, host, paths, workspace::Workspace};
 use xtask_pack::stage::Package;
@@ -53,10 +53,7 @@ pub fn test_step(sh: &Shell, vm: bool) -> Result<()> {
     let source = source_tree(sh, &dir, &debs)?;
     let tests = control_tests(&source.join("debian/tests/control"))?;
     // The tests are POSIX sh scripts (autopkgtest runs them as executables).
-    let scripts: Vec<PathBuf> = tests
-        .iter()
-        .map(|t| paths::root().join("debian/tests").join(&t.name))
-        .collect();
+    let scripts: Vec<PathBuf> = tests.iter().map(|t| debian_tests::path(&t.name)).collect();
     cmd!(sh, "shellcheck --shell=sh {scripts...}")
         .quiet()
         .run()

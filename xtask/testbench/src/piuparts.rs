@@ -30,7 +30,7 @@ use anyhow::{ensure, Context, Result};
 use xshell::{cmd, Shell};
 
 use crate::autopkgtest::{release_debs, test_roots, TestRoot};
-use crate::pkgtest::root;
+use crate::pkgtest::{debian_tests, root};
 use crate::step::timed;
 use xtask_base::{files, host, paths};
 use xtask_pack::stage::Package;
@@ -88,7 +88,7 @@ fn post_install_scripts(dir: &Path) -> Result<PathBuf> {
     let scripts = dir.join("scripts");
     files::fresh_dir(&scripts)?;
     for test in POST_INSTALL {
-        let from = paths::root().join("debian/tests").join(test);
+        let from = debian_tests::path(test);
         fs::copy(&from, scripts.join(format!("post_install_{test}")))
             .with_context(|| format!("copying {}", from.display()))?;
     }

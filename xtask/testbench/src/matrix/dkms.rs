@@ -10,12 +10,12 @@ use anyhow::{ensure, Context, Result};
 use xshell::{cmd, Shell};
 
 use xtask_base::chroot::Chroot;
-use xtask_base::paths;
 use xtask_base::workspace::Workspace;
 use xtask_pack::deb;
 use xtask_pack::stage::Package;
 
 use crate::kbuild::Warnings;
+use crate::pkgtest::debian_tests;
 
 /// The mtgdrdrv-dkms .deb of this tree (`cargo xtask deb-kmod`).
 pub(super) fn dkms_deb(sh: &Shell) -> Result<PathBuf> {
@@ -73,11 +73,8 @@ fn install_and_build(
     // kernel with headers (the suite's; the host's `uname -r` has none here), its vermagic, no
     // stub module installed.
     let test = Path::new("/var/tmp/dkms-build");
-    fs::copy(
-        paths::root().join("debian/tests/dkms-build"),
-        chroot.host_path(test),
-    )
-    .context("copying debian/tests/dkms-build into the chroot")?;
+    fs::copy(debian_tests::path("dkms-build"), chroot.host_path(test))
+        .context("copying debian/tests/dkms-build into the chroot")?;
     let checked = xtask_base::host::run_logged(
         chroot.cmd(sh, "sh").arg(test),
         log,

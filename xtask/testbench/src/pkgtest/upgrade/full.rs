@@ -32,12 +32,7 @@ pub(super) fn full_upgrade(
     let output = repo.apt(sh, &["install", "mtgdrcopy"])?;
     expect_installed(sh, root, this, "after apt-get install mtgdrcopy")?;
     let old_kmod = upstream(version(this, Package::Kmod)?);
-    debian_tests::run(
-        sh,
-        root,
-        debian_tests::DKMS,
-        &format!("apt-get said:\n{output}"),
-    )?;
+    debian_tests::check_dkms(sh, root, &output)?;
     let ko = format!("/lib/modules/{release}/updates/dkms/mtgdrdrv.ko");
     let old_module = srcversion(sh, root, &ko)?;
     timed("full upgrade: this release installed (DKMS)", t);
@@ -55,12 +50,7 @@ pub(super) fn full_upgrade(
         next.len()
     );
     let new_kmod = upstream(version(next, Package::Kmod)?);
-    debian_tests::run(
-        sh,
-        root,
-        debian_tests::DKMS,
-        &format!("apt-get said:\n{output}"),
-    )?;
+    debian_tests::check_dkms(sh, root, &output)?;
     let status = root.run(sh, &["dkms", "status", "-m", "mtgdrdrv"])?;
     ensure!(
         status.trim().lines().count() == 1,

@@ -28,12 +28,7 @@ pub(super) fn library_upgrade(
     repo.publish(sh, this)?;
     let output = repo.apt(sh, &["install", "mtgdrcopy"])?;
     expect_installed(sh, root, this, "after apt-get install mtgdrcopy")?;
-    debian_tests::run(
-        sh,
-        root,
-        debian_tests::DKMS,
-        &format!("apt-get said:\n{output}"),
-    )?;
+    debian_tests::check_dkms(sh, root, &output)?;
     let ko = format!("/lib/modules/{release}/updates/dkms/mtgdrdrv.ko");
     let module = srcversion(sh, root, &ko)?;
     timed("library only: this release installed (DKMS)", t);
