@@ -35,7 +35,7 @@ pub struct Args {
     #[arg(long, conflicts_with_all = ["no_vm", "no_matrix", "no_cross", "only"])]
     pub quick: bool,
     /// Run the steps one after another in this process, instead of the guest lane (the VM
-    /// tests, benchmarks and kernel matrix) beside the host lane.
+    /// tests, benchmarks, kernel matrix and copy counts) beside the host lane.
     #[arg(long)]
     pub serial: bool,
     /// Run only this lane's steps (the guest lane is started this way by the host lane).
@@ -48,7 +48,7 @@ pub struct Args {
 pub enum Lane {
     /// Lints, builds, unit tests, fuzzers, packages: this process.
     Host,
-    /// The 6.1 VM tests, the VM benchmarks and the kernel matrix: a child xtask.
+    /// The VM tests, the VM benchmarks, the kernel matrix and the copy counts: a child xtask.
     Guests,
 }
 
@@ -80,7 +80,7 @@ pub fn run(args: Args) -> Result<()> {
         }
         None => {
             let child = lanes::spawn_guests(&args)?;
-            eprintln!("xtask: the guest lane (VM tests, benchmarks, kernel matrix) runs alongside; its log follows the host lane's");
+            eprintln!("xtask: the guest lane (VM tests, benchmarks, kernel matrix, copy counts) runs alongside; its log follows the host lane's");
             let mut outcomes = run_steps(&sh, &host);
             outcomes.extend(lanes::wait_guests(child)?);
             outcomes

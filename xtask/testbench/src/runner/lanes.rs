@@ -1,7 +1,7 @@
-//! `cargo xtask test` in two lanes at once. The guest lane holds the 6.1 VM tests, the VM
-//! benchmarks and the kernel matrix: TCG keeps one core busy while the guest's own waits (boots,
-//! timers, module loads) leave the other one idle, and the matrix's chroots wait on dpkg and the
-//! network. The host lane (lints, builds, unit tests, fuzzers, the packages and their install
+//! `cargo xtask test` in two lanes at once. The guest lane holds the VM tests (6.1, the debug
+//! kernel), the VM benchmarks, the kernel matrix and the copy counts: TCG keeps one core busy
+//! while the guest's own waits (boots, timers, module loads) leave the other one idle, and the
+//! matrix's chroots wait on dpkg and the network. The host lane (lints, builds, unit tests, fuzzers, the packages and their install
 //! and upgrade tests, which use the .debs this lane built) runs in this process meanwhile; the
 //! guest lane runs in a child xtask (`--lane guests`) whose output goes to a log, printed after
 //! the host lane, so the report reads lane by lane. On the 2-core machine the lanes take about
