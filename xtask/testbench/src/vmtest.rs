@@ -41,6 +41,8 @@ pub(crate) struct Variant {
     pub full: bool,
     /// The fuzzer's kernel-level operations unless MTGDRCOPY_FUZZ_OPS says.
     pub fuzz_ops: u64,
+    /// The fuzzer's calls of the gdrapi C API (its `api` phase).
+    pub fuzz_api_ops: u64,
     /// Appended to the guest kernel's command line.
     pub cmdline: String,
     /// Script lines run first (e.g. `export` of the tests' knobs).
@@ -55,6 +57,9 @@ pub(crate) struct Variant {
 /// `cargo xtask test`, in the step that every run with VM tests has.
 const FUZZ_OPS: u64 = 100_000;
 
+/// The fuzzer's calls of the gdrapi C API on Debian's kernels (about 15 s under TCG).
+const FUZZ_API_OPS: u64 = 20_000;
+
 /// The fuzzer's kernel-level operations on the matrix's newest kernel (sid): as many as on the
 /// debug kernel. The floor is met on 6.1 already; a second 100,000 there cost about 80 s of the
 /// guest lane, which is the longer one of a warm rerun, for a run of the same fuzzer with new
@@ -68,6 +73,7 @@ impl Variant {
         Variant {
             full,
             fuzz_ops: if full { FUZZ_OPS } else { MATRIX_FUZZ_OPS },
+            fuzz_api_ops: FUZZ_API_OPS,
             cmdline: String::new(),
             head: String::new(),
             tail: String::new(),
@@ -119,6 +125,7 @@ pub(crate) fn run_module_tests_as(sh: &Shell, kernel: &Kernel, variant: &Variant
             .replace("@DOCTOR_LOADED@\n", &doctor::loaded_states())
             .replace("@FUZZ_SEED@", &seed)
             .replace("@FUZZ_OPS@", &ops)
+            .replace("@FUZZ_API_OPS@", &variant.fuzz_api_ops.to_string())
             .replace("@FROM_SOURCE@\n", &format!("{from_source}{}", variant.tail));
     let log = paths::build_dir()
         .join("vm")

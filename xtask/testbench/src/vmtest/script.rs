@@ -57,7 +57,7 @@ sanity_run dmabuf-forced env GDRCOPY_USE_DMABUF_MMAP=1 mtgdrcopy_sanity --format
 step fuzz
 # The fuzzer's kernel log reader: a line logged first is caught after the ring buffer lost it.
 mtgdrdrv_fuzz --klog-selftest || rc=1
-mtgdrdrv_fuzz --seed @FUZZ_SEED@ --ops @FUZZ_OPS@ --api-ops 20000 || rc=1
+mtgdrdrv_fuzz --seed @FUZZ_SEED@ --ops @FUZZ_OPS@ --api-ops @FUZZ_API_OPS@ || rc=1
 step counters
 sed 's/^/MTGDRCOPY-COUNTER /' /proc/driver/mtgdrdrv/counters
 step unload
