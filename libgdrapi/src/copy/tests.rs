@@ -37,7 +37,7 @@ thread_local! {
 }
 
 /// Calls `f` with `len` bytes of test data for `seed`: byte i is (i * 131 + seed * 7 + 1) % 251,
-/// a period-251 sequence in which no two neighbouring bytes repeat a pair.
+/// a sequence of period 251, so that bytes landed at any offset below that read wrong.
 fn with_pattern<R>(seed: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> R {
     // 131 * 23 = 12 * 251 + 1, so the seed's term is a shift of the sequence by
     // seed * 7 * 23 (mod 251) bytes.

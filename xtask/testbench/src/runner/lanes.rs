@@ -1,12 +1,13 @@
 //! `cargo xtask test` in two lanes at once. The guest lane holds the VM tests (6.1, the debug
 //! kernel), the VM benchmarks, the kernel matrix and the copy counts: TCG keeps one core busy
 //! while the guest's own waits (boots, timers, module loads) leave the other one idle, and the
-//! matrix's chroots wait on dpkg and the network. The host lane (lints, builds, unit tests, fuzzers, the packages and their install
-//! and upgrade tests, which use the .debs this lane built) runs in this process meanwhile; the
-//! guest lane runs in a child xtask (`--lane guests`) whose output goes to a log, printed after
-//! the host lane, so the report reads lane by lane. On the 2-core machine the lanes take about
-//! the same time. The guest lane's steps, and most of the host lane's, are the test bench's
-//! (xtask-testbench: vmtest, matrix, pkgtest, ...; the benchmarks through `cargo xtask bench`).
+//! matrix's chroots wait on dpkg and the network. The host lane (lints, builds, unit tests,
+//! fuzzers, the packages and their install and upgrade tests, which use the .debs this lane
+//! built) runs in this process meanwhile; the guest lane runs in a child xtask (`--lane
+//! guests`) whose output goes to a log, printed after the host lane, so the report reads lane by
+//! lane. On the 2-core machine the lanes take about the same time. The guest lane's steps, and
+//! most of the host lane's, are the test bench's (xtask-testbench: vmtest, matrix, pkgtest, ...;
+//! the benchmarks through `cargo xtask bench`).
 //!
 //! The lanes share what other xtask processes would: cargo's build directory lock, the package
 //! staging lock (xtask-base's `files::lock`), each chroot's lock, and apt's (waited for). Steps
