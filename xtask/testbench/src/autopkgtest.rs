@@ -112,8 +112,9 @@ pub(crate) struct TestRoot {
 pub(crate) fn test_roots(sh: &Shell, debs: &[(Package, PathBuf)]) -> Result<[TestRoot; 2]> {
     let t = Instant::now();
     let kernel = crate::kernel::bookworm_kernel()?;
-    let host_layers = root::dkms_layers(sh, &kernel)?;
-    let minbase = root::minbase(sh)?;
+    // Up to date with the archive, as piuparts would bring them first on every run.
+    let host_layers = root::up_to_date(sh, root::dkms_layers(sh, &kernel)?)?;
+    let minbase = root::up_to_date(sh, vec![root::minbase(sh)?])?;
     timed("cached root layers ready", t);
     let paths = |keep: fn(&Package) -> bool| -> Vec<PathBuf> {
         debs.iter()
@@ -131,7 +132,7 @@ pub(crate) fn test_roots(sh: &Shell, debs: &[(Package, PathBuf)]) -> Result<[Tes
         TestRoot {
             name: "container",
             what: "container root (minbase)",
-            layers: vec![minbase],
+            layers: minbase,
             debs: paths(|p| matches!(p, Package::Lib | Package::Tests)),
         },
     ])

@@ -240,7 +240,8 @@ pub fn minbase_of(sh: &Shell, suite: &str) -> Result<PathBuf> {
     // Layers built on an older minbase do not fit a new one.
     if let Ok(entries) = fs::read_dir(roots_dir(suite)) {
         for entry in entries.flatten() {
-            if entry.file_name().to_string_lossy().starts_with("dkms-") {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with("dkms-") || name.starts_with("upgrade-") {
                 fs::remove_dir_all(entry.path())?;
             }
         }
@@ -293,6 +294,62 @@ pub fn dkms_layers(sh: &Shell, kernel: &Kernel) -> Result<Vec<PathBuf>> {
         )
     })?;
     Ok(vec![dir, minbase])
+}
+
+/// `layers` (top first) as they would be after `apt-get dist-upgrade` from this machine's
+/// archive: the cached layers are made once and fall behind it (security updates), and
+/// piuparts dist-upgrades every root it is given first, so each of its sets downloaded and
+/// installed the same updates on every run (up to two minutes a set). A layer on top,
+/// `upgrade-<top layer>`, holds the upgrade; it is made again when the archive moved on since.
+/// Costs an `apt-get update` and a simulated upgrade while nothing changed.
+pub fn up_to_date(sh: &Shell, layers: Vec<PathBuf>) -> Result<Vec<PathBuf>> {
+    let top = layers.first().context("a root has layers")?;
+    let suite_dir = top.parent().context("a layer directory has a parent")?;
+    let name = top
+        .file_name()
+        .context("a layer directory has a name")?
+        .to_string_lossy();
+    let dir = suite_dir.join(format!("upgrade-{name}"));
+    if dir.join(STAMP).exists() {
+        let with_upgrade = [vec![dir.clone()], layers.clone()].concat();
+        if upgrades(sh, &with_upgrade, &name)?.is_empty() {
+            return Ok(with_upgrade);
+        }
+    }
+    let pending = upgrades(sh, &layers, &name)?;
+    if pending.is_empty() {
+        return Ok(layers);
+    }
+    build_layer(&dir, |tmp, scratch| {
+        eprintln!(
+            "xtask: {} packages of {name} are behind the archive: upgrading them in a layer \
+             of their own ({})",
+            pending.len(),
+            dir.display()
+        );
+        let root = Root::with_upper(
+            layers.clone(),
+            tmp.to_path_buf(),
+            scratch,
+            scratch.join("apt.log"),
+        )?;
+        root.run(sh, &["apt-get", "update", "-q"])?;
+        root.run(sh, &["apt-get", "dist-upgrade", "-y", "-q"])?;
+        root.run(sh, &["apt-get", "clean"]).map(drop)
+    })?;
+    Ok([vec![dir], layers].concat())
+}
+
+/// The packages `apt-get dist-upgrade` would change in a root of `layers` (apt's `Inst` lines).
+fn upgrades(sh: &Shell, layers: &[PathBuf], name: &str) -> Result<Vec<String>> {
+    let root = Root::fresh(layers.to_vec(), &format!("upgrade-check-{name}"))?;
+    root.run(sh, &["apt-get", "update", "-q"])?;
+    let plan = root.run(sh, &["apt-get", "dist-upgrade", "-s", "-q"])?;
+    Ok(plan
+        .lines()
+        .filter(|l| l.starts_with("Inst "))
+        .map(str::to_owned)
+        .collect())
 }
 
 /// Changes whenever `dkms_layers` installs something else, so that cached layers are rebuilt.
@@ -348,7 +405,9 @@ fn build_package_layer(
     let suite_dir = dir.parent().context("a layer directory has a parent")?;
     for entry in fs::read_dir(suite_dir)?.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with("dkms-") && entry.path() != dir {
+        let stale_layer = name.starts_with("dkms-") && entry.path() != dir;
+        // An upgrade layer was made on the layers as they were.
+        if stale_layer || name.starts_with("upgrade-") {
             fs::remove_dir_all(entry.path())
                 .with_context(|| format!("removing {}", entry.path().display()))?;
         }
