@@ -406,8 +406,8 @@ fn build_package_layer(
     for entry in fs::read_dir(suite_dir)?.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         let stale_layer = name.starts_with("dkms-") && entry.path() != dir;
-        // An upgrade layer was made on the layers as they were.
-        if stale_layer || name.starts_with("upgrade-") {
+        // An upgrade layer on a dkms- layer was made on that layer as it was (minbase's stays).
+        if stale_layer || name.starts_with("upgrade-dkms-") {
             fs::remove_dir_all(entry.path())
                 .with_context(|| format!("removing {}", entry.path().display()))?;
         }
