@@ -67,7 +67,7 @@ pub fn run(args: Args) -> Result<()> {
     let outcomes = match args.lane {
         Some(Lane::Guests) => {
             build_debug_kernel_early(&guests);
-            let outcomes = run_steps(&sh, &guests);
+            let outcomes = run_steps_beside_copy_counts(&sh, guests);
             lanes::write_results(&outcomes)?;
             outcomes
         }
@@ -185,12 +185,9 @@ fn steps(args: &Args) -> Result<(Vec<Step<'static>>, Vec<Step<'static>>)> {
         Box::new(move |sh: &Shell| crate::autopkgtest::test_step(sh, vm)),
     ));
     host.push((crate::piuparts::STEP, Box::new(crate::piuparts::test_step)));
-    // The copy counts need nothing of the other steps: at the end of the guest lane they even
-    // out the lanes (the host lane, with the packages' VM tests, is the longer one).
-    let copy_counts: Step = (
-        COPY_COUNT_STEP,
-        Box::new(|_: &Shell| crate::copycount::run(crate::copycount::Args::default())),
-    );
+    // The copy counts need nothing of the other steps; in the guest lane they run beside its
+    // other steps (`run_steps_beside_copy_counts`).
+    let copy_counts = copy_count_step();
     if guests.is_empty() {
         host.push(copy_counts);
     } else {
@@ -211,6 +208,53 @@ fn steps(args: &Args) -> Result<(Vec<Step<'static>>, Vec<Step<'static>>)> {
         );
     }
     Ok((host, guests))
+}
+
+fn copy_count_step() -> Step<'static> {
+    (
+        COPY_COUNT_STEP,
+        Box::new(|_: &Shell| crate::copycount::run(crate::copycount::Args::default())),
+    )
+}
+
+/// Runs `steps` in order, except the copy counts: those run from the start in a thread of
+/// their own. They need nothing the other steps make, and their tracers take only CPU time
+/// nothing else wants (`SCHED_IDLE`), which the guest lane leaves plenty of: TCG keeps about
+/// one core busy while the guests' boots and waits leave the other idle.
+fn run_steps_beside_copy_counts(sh: &Shell, steps: Vec<Step>) -> Vec<Outcome> {
+    let (counts, steps): (Vec<Step>, Vec<Step>) = steps
+        .into_iter()
+        .partition(|(name, _)| *name == COPY_COUNT_STEP);
+    if counts.is_empty() {
+        return run_steps(sh, &steps);
+    }
+    std::thread::scope(|s| {
+        // The step's closure is not Send: the thread makes its own.
+        let counts = s.spawn(|| {
+            let sh = Shell::new()?;
+            sh.change_dir(paths::root());
+            anyhow::Ok(run_steps(&sh, &[copy_count_step()]))
+        });
+        let mut outcomes = run_steps(sh, &steps);
+        outcomes.extend(match counts.join() {
+            Ok(Ok(counted)) => counted,
+            Ok(Err(e)) => vec![failed_to_start(COPY_COUNT_STEP, &e)],
+            Err(_) => vec![failed_to_start(
+                COPY_COUNT_STEP,
+                &anyhow::anyhow!("it panicked"),
+            )],
+        });
+        outcomes
+    })
+}
+
+fn failed_to_start(name: &str, e: &anyhow::Error) -> Outcome {
+    eprintln!("    FAILED: {name}: {e:#}");
+    Outcome {
+        name: name.to_owned(),
+        secs: 0.0,
+        ok: false,
+    }
 }
 
 fn run_steps(sh: &Shell, steps: &[Step]) -> Vec<Outcome> {
