@@ -219,8 +219,9 @@ fn copy_count_step() -> Step<'static> {
 
 /// Runs `steps` in order, except the copy counts: those run from the start in a thread of
 /// their own. They need nothing the other steps make, and their tracers take only CPU time
-/// nothing else wants (`SCHED_IDLE`), which the guest lane leaves plenty of: TCG keeps about
-/// one core busy while the guests' boots and waits leave the other idle.
+/// nothing else wants (`SCHED_IDLE`): started early, they use what the two lanes leave idle
+/// as it comes, instead of needing two cores of their own for minutes at the end. (The
+/// machine is busy most of a run, so most of their work still comes last.)
 fn run_steps_beside_copy_counts(sh: &Shell, steps: Vec<Step>) -> Vec<Outcome> {
     let (counts, steps): (Vec<Step>, Vec<Step>) = steps
         .into_iter()
@@ -238,8 +239,8 @@ fn run_steps_beside_copy_counts(sh: &Shell, steps: Vec<Step>) -> Vec<Outcome> {
         let mut outcomes = run_steps(sh, &steps);
         outcomes.extend(match counts.join() {
             Ok(Ok(counted)) => counted,
-            Ok(Err(e)) => vec![failed_to_start(COPY_COUNT_STEP, &e)],
-            Err(_) => vec![failed_to_start(
+            Ok(Err(e)) => vec![failed_outcome(COPY_COUNT_STEP, &e)],
+            Err(_) => vec![failed_outcome(
                 COPY_COUNT_STEP,
                 &anyhow::anyhow!("it panicked"),
             )],
@@ -248,7 +249,7 @@ fn run_steps_beside_copy_counts(sh: &Shell, steps: Vec<Step>) -> Vec<Outcome> {
     })
 }
 
-fn failed_to_start(name: &str, e: &anyhow::Error) -> Outcome {
+fn failed_outcome(name: &str, e: &anyhow::Error) -> Outcome {
     eprintln!("    FAILED: {name}: {e:#}");
     Outcome {
         name: name.to_owned(),
