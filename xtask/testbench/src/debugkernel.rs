@@ -59,6 +59,14 @@ pub fn build_in_background() {
     }
 }
 
+/// Whether a build started by [`build_in_background`] is still going (a step beside it shares
+/// the CPU with it).
+pub fn building_in_background() -> bool {
+    BACKGROUND
+        .lock()
+        .is_ok_and(|slot| slot.as_ref().is_some_and(|handle| !handle.is_finished()))
+}
+
 /// The debug kernel: the background build's result if one was started, else [`build`] now.
 pub fn debug_kernel() -> Result<Kernel> {
     let started = BACKGROUND.lock().ok().and_then(|mut slot| slot.take());

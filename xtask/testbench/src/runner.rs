@@ -5,6 +5,7 @@
 //! codegen --check`, run as a child), the version check, clippy and the unit tests are here.
 
 mod lanes;
+mod usage;
 
 use std::time::Instant;
 
@@ -56,6 +57,8 @@ pub enum Lane {
 pub struct Outcome {
     pub name: String,
     pub secs: f64,
+    /// Its CPU time, where nothing else ran in this process meanwhile (`run_steps`).
+    pub cpu: Option<f64>,
     pub ok: bool,
 }
 
@@ -68,25 +71,29 @@ pub fn run(args: Args) -> Result<()> {
         Some(Lane::Guests) => {
             build_debug_kernel_early(&guests);
             let outcomes = run_steps_beside_copy_counts(&sh, guests);
-            lanes::write_results(&outcomes)?;
+            lanes::write_results(&outcomes, usage::cpu_secs())?;
             outcomes
         }
-        Some(Lane::Host) => run_steps(&sh, &host),
+        Some(Lane::Host) => run_steps(&sh, &host, true),
         None if args.serial || host.is_empty() || guests.is_empty() => {
             build_debug_kernel_early(&guests);
-            let mut outcomes = run_steps(&sh, &host);
-            outcomes.extend(run_steps(&sh, &guests));
+            let mut outcomes = run_steps(&sh, &host, true);
+            outcomes.extend(run_steps(&sh, &guests, true));
             outcomes
         }
         None => {
             let child = lanes::spawn_guests(&args)?;
             eprintln!("xtask: the guest lane (VM tests, benchmarks, kernel matrix, copy counts) runs alongside; its log follows the host lane's");
-            let mut outcomes = run_steps(&sh, &host);
+            let mut outcomes = run_steps(&sh, &host, true);
             outcomes.extend(lanes::wait_guests(child)?);
             outcomes
         }
     };
-    report(&outcomes, started.elapsed().as_secs_f64())
+    report(
+        &outcomes,
+        started.elapsed().as_secs_f64(),
+        usage::cpu_secs(),
+    )
 }
 
 /// When the debug kernel's step is among `steps`, starts building that kernel (once, then
@@ -227,16 +234,17 @@ fn run_steps_beside_copy_counts(sh: &Shell, steps: Vec<Step>) -> Vec<Outcome> {
         .into_iter()
         .partition(|(name, _)| *name == COPY_COUNT_STEP);
     if counts.is_empty() {
-        return run_steps(sh, &steps);
+        return run_steps(sh, &steps, true);
     }
     std::thread::scope(|s| {
         // The step's closure is not Send: the thread makes its own.
         let counts = s.spawn(|| {
             let sh = Shell::new()?;
             sh.change_dir(paths::root());
-            anyhow::Ok(run_steps(&sh, &[copy_count_step()]))
+            anyhow::Ok(run_steps(&sh, &[copy_count_step()], false))
         });
-        let mut outcomes = run_steps(sh, &steps);
+        // Each side's CPU time would count the other's: the lane's total says what they cost.
+        let mut outcomes = run_steps(sh, &steps, false);
         outcomes.extend(match counts.join() {
             Ok(Ok(counted)) => counted,
             Ok(Err(e)) => vec![failed_outcome(COPY_COUNT_STEP, &e)],
@@ -254,17 +262,24 @@ fn failed_outcome(name: &str, e: &anyhow::Error) -> Outcome {
     Outcome {
         name: name.to_owned(),
         secs: 0.0,
+        cpu: None,
         ok: false,
     }
 }
 
-fn run_steps(sh: &Shell, steps: &[Step]) -> Vec<Outcome> {
+/// Runs `steps` in order, timing each; with `alone`, nothing else runs in this process
+/// meanwhile, so each step's CPU time is measured too (unless the debug kernel is building
+/// beside it).
+fn run_steps(sh: &Shell, steps: &[Step], alone: bool) -> Vec<Outcome> {
     let mut outcomes = Vec::new();
     for (name, step) in steps {
         eprintln!("==> {name}");
-        let start = Instant::now();
+        let measured = alone && !crate::debugkernel::building_in_background();
+        let (start, cpu_start) = (Instant::now(), usage::cpu_secs());
         let result = step(sh);
         let secs = start.elapsed().as_secs_f64();
+        let cpu = (measured && !crate::debugkernel::building_in_background())
+            .then(|| usage::cpu_secs() - cpu_start);
         match &result {
             Ok(()) => eprintln!("    ok: {name} ({secs:.1} s)"),
             Err(e) => eprintln!("    FAILED: {name} ({secs:.1} s): {e:#}"),
@@ -272,23 +287,30 @@ fn run_steps(sh: &Shell, steps: &[Step]) -> Vec<Outcome> {
         outcomes.push(Outcome {
             name: (*name).to_owned(),
             secs,
+            cpu,
             ok: result.is_ok(),
         });
     }
     outcomes
 }
 
-/// The table of step times, the wall time (less than their sum when the lanes overlap) and the
-/// summary line; fails if a step did.
-fn report(outcomes: &[Outcome], wall: f64) -> Result<()> {
-    eprintln!("\nstep times:");
+/// The table of step times (wall and CPU), the wall time (less than their sum when the lanes
+/// overlap), the run's CPU time and the summary line; fails if a step did.
+fn report(outcomes: &[Outcome], wall: f64, cpu: f64) -> Result<()> {
+    eprintln!("\nstep times (wall, CPU: user + system of every process the step waited for):");
     for o in outcomes {
         let verdict = if o.ok { "ok" } else { "FAILED" };
-        eprintln!("  {:>7.1} s  {verdict:<6}  {}", o.secs, o.name);
+        let cpu = o.cpu.map_or_else(|| "-".to_owned(), |c| format!("{c:.1}"));
+        eprintln!("  {:>7.1} s  {cpu:>7} s  {verdict:<6}  {}", o.secs, o.name);
     }
     let total: f64 = outcomes.iter().map(|o| o.secs).sum();
     eprintln!("  {total:>7.1} s  sum of the steps");
     eprintln!("  {wall:>7.1} s  wall time");
+    let cores = usage::cores();
+    eprintln!(
+        "  {cpu:>7.1} s  CPU time of the run, all lanes: at least {:.1} s of wall on {cores} cores",
+        cpu / cores as f64
+    );
     let failed: Vec<&str> = outcomes
         .iter()
         .filter(|o| !o.ok)

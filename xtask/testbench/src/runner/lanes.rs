@@ -75,39 +75,70 @@ pub fn wait_guests(mut child: Child) -> Result<Vec<Outcome>> {
     );
     eprint!("{log}");
     match fs::read_to_string(results_path()) {
-        Ok(text) => Ok(parse_results(&text)),
+        Ok(text) => {
+            let (outcomes, cpu) = parse_results(&text);
+            if let Some(cpu) = cpu {
+                eprintln!("    the guest lane's CPU time: {cpu:.1} s");
+            }
+            Ok(outcomes)
+        }
         Err(_) => Ok(vec![Outcome {
             name: format!("guest lane (exited {status} without reporting its steps)"),
             secs: 0.0,
+            cpu: None,
             ok: false,
         }]),
     }
 }
 
-/// In the guest lane: leaves its outcomes for the parent.
-pub fn write_results(outcomes: &[Outcome]) -> Result<()> {
+/// In the guest lane: leaves its outcomes and its CPU time for the parent.
+pub fn write_results(outcomes: &[Outcome], lane_cpu: f64) -> Result<()> {
     fs::create_dir_all(dir())?;
-    fs::write(results_path(), format_results(outcomes))
+    fs::write(results_path(), format_results(outcomes, lane_cpu))
         .with_context(|| format!("writing {}", results_path().display()))
 }
 
-fn format_results(outcomes: &[Outcome]) -> String {
-    outcomes
+/// A line a step (`ok`, wall, CPU or `-`, name), then the lane's CPU time.
+fn format_results(outcomes: &[Outcome], lane_cpu: f64) -> String {
+    let mut text: String = outcomes
         .iter()
-        .map(|o| format!("{}\t{:.1}\t{}\n", o.ok, o.secs, o.name))
-        .collect()
+        .map(|o| {
+            let cpu = o.cpu.map_or_else(|| "-".to_owned(), |c| format!("{c:.1}"));
+            format!("{}\t{:.1}\t{cpu}\t{}\n", o.ok, o.secs, o.name)
+        })
+        .collect();
+    text.push_str(&format!("{LANE_CPU}\t{lane_cpu:.1}\n"));
+    text
 }
 
-fn parse_results(text: &str) -> Vec<Outcome> {
-    text.lines()
-        .filter_map(|line| {
-            let mut fields = line.splitn(3, '\t');
-            let ok = fields.next()? == "true";
-            let secs = fields.next()?.parse().ok()?;
-            let name = fields.next()?.to_owned();
-            Some(Outcome { name, secs, ok })
-        })
-        .collect()
+const LANE_CPU: &str = "lane-cpu";
+
+fn parse_results(text: &str) -> (Vec<Outcome>, Option<f64>) {
+    let mut lane_cpu = None;
+    let mut outcomes = Vec::new();
+    for line in text.lines() {
+        if let Some(cpu) = line
+            .strip_prefix(LANE_CPU)
+            .and_then(|r| r.strip_prefix('\t'))
+        {
+            lane_cpu = cpu.parse().ok();
+            continue;
+        }
+        let mut fields = line.splitn(4, '\t');
+        let (Some(ok), Some(secs), Some(cpu), Some(name)) =
+            (fields.next(), fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let Ok(secs) = secs.parse() else { continue };
+        outcomes.push(Outcome {
+            name: name.to_owned(),
+            secs,
+            cpu: cpu.parse().ok(),
+            ok: ok == "true",
+        });
+    }
+    (outcomes, lane_cpu)
 }
 
 #[cfg(test)]
@@ -120,17 +151,21 @@ mod tests {
             Outcome {
                 name: "kernel module tests in QEMU (Debian 6.1)".into(),
                 secs: 346.6,
+                cpu: Some(512.3),
                 ok: true,
             },
             Outcome {
                 name: "kernel matrix: a\tb".into(),
                 secs: 0.0,
+                cpu: None,
                 ok: false,
             },
         ];
-        let back = parse_results(&format_results(&outcomes));
+        let (back, lane_cpu) = parse_results(&format_results(&outcomes, 1234.5));
         assert_eq!(back.len(), 2);
         assert!(back[0].ok && back[0].secs == 346.6 && back[0].name == outcomes[0].name);
-        assert!(!back[1].ok && back[1].name == "kernel matrix: a\tb");
+        assert_eq!(back[0].cpu, Some(512.3));
+        assert!(!back[1].ok && back[1].name == "kernel matrix: a\tb" && back[1].cpu.is_none());
+        assert_eq!(lane_cpu, Some(1234.5));
     }
 }
