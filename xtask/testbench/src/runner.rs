@@ -4,6 +4,7 @@
 //! The test bench's other modules give most steps; formatting, codegen freshness (`cargo xtask
 //! codegen --check`, run as a child), the version check, clippy and the unit tests are here.
 
+mod beside;
 mod lanes;
 mod usage;
 
@@ -70,7 +71,7 @@ pub fn run(args: Args) -> Result<()> {
     let outcomes = match args.lane {
         Some(Lane::Guests) => {
             build_debug_kernel_early(&guests);
-            let outcomes = run_steps_beside_copy_counts(&sh, guests);
+            let outcomes = beside::run_steps_beside_copy_counts(&sh, guests);
             lanes::write_results(&outcomes, usage::cpu_secs())?;
             outcomes
         }
@@ -222,39 +223,6 @@ fn copy_count_step() -> Step<'static> {
         COPY_COUNT_STEP,
         Box::new(|_: &Shell| crate::copycount::run(crate::copycount::Args::default())),
     )
-}
-
-/// Runs `steps` in order, except the copy counts: those run from the start in a thread of
-/// their own. They need nothing the other steps make, and their tracers take only CPU time
-/// nothing else wants (`SCHED_IDLE`): started early, they use what the two lanes leave idle
-/// as it comes, instead of needing two cores of their own for minutes at the end. (The
-/// machine is busy most of a run, so most of their work still comes last.)
-fn run_steps_beside_copy_counts(sh: &Shell, steps: Vec<Step>) -> Vec<Outcome> {
-    let (counts, steps): (Vec<Step>, Vec<Step>) = steps
-        .into_iter()
-        .partition(|(name, _)| *name == COPY_COUNT_STEP);
-    if counts.is_empty() {
-        return run_steps(sh, &steps, true);
-    }
-    std::thread::scope(|s| {
-        // The step's closure is not Send: the thread makes its own.
-        let counts = s.spawn(|| {
-            let sh = Shell::new()?;
-            sh.change_dir(paths::root());
-            anyhow::Ok(run_steps(&sh, &[copy_count_step()], false))
-        });
-        // Each side's CPU time would count the other's: the lane's total says what they cost.
-        let mut outcomes = run_steps(sh, &steps, false);
-        outcomes.extend(match counts.join() {
-            Ok(Ok(counted)) => counted,
-            Ok(Err(e)) => vec![failed_outcome(COPY_COUNT_STEP, &e)],
-            Err(_) => vec![failed_outcome(
-                COPY_COUNT_STEP,
-                &anyhow::anyhow!("it panicked"),
-            )],
-        });
-        outcomes
-    })
 }
 
 fn failed_outcome(name: &str, e: &anyhow::Error) -> Outcome {

@@ -1,6 +1,6 @@
 //! `cargo xtask test` in two lanes at once. The guest lane holds the VM tests (6.1, the debug
 //! kernel), the VM benchmarks, the kernel matrix and, beside them, the copy counts (in
-//! `SCHED_IDLE`: runner.rs's `run_steps_beside_copy_counts`): TCG keeps one core busy
+//! `SCHED_IDLE`, in a child xtask: runner/beside.rs): TCG keeps one core busy
 //! while the guest's own waits (boots, timers, module loads) leave the other one idle, and the
 //! matrix's chroots wait on dpkg and the network. The host lane (lints, builds, unit tests,
 //! fuzzers, the packages and their install and upgrade tests, which use the .debs this lane
