@@ -58,9 +58,17 @@ pub enum Lane {
 pub struct Outcome {
     pub name: String,
     pub secs: f64,
-    /// Its CPU time, where nothing else ran in this process meanwhile (`run_steps`).
+    /// Its CPU time, where it could be told apart (`run_steps`, beside.rs).
     pub cpu: Option<f64>,
     pub ok: bool,
+}
+
+impl Outcome {
+    /// The CPU time as the table and the guest lane's results file give it: `-` if unknown.
+    fn cpu_text(&self) -> String {
+        self.cpu
+            .map_or_else(|| "-".to_owned(), |c| format!("{c:.1}"))
+    }
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -75,17 +83,17 @@ pub fn run(args: Args) -> Result<()> {
             lanes::write_results(&outcomes, usage::cpu_secs())?;
             outcomes
         }
-        Some(Lane::Host) => run_steps(&sh, &host, true),
+        Some(Lane::Host) => run_steps(&sh, &host),
         None if args.serial || host.is_empty() || guests.is_empty() => {
             build_debug_kernel_early(&guests);
-            let mut outcomes = run_steps(&sh, &host, true);
-            outcomes.extend(run_steps(&sh, &guests, true));
+            let mut outcomes = run_steps(&sh, &host);
+            outcomes.extend(run_steps(&sh, &guests));
             outcomes
         }
         None => {
             let child = lanes::spawn_guests(&args)?;
             eprintln!("xtask: the guest lane (VM tests, benchmarks, kernel matrix, copy counts) runs alongside; its log follows the host lane's");
-            let mut outcomes = run_steps(&sh, &host, true);
+            let mut outcomes = run_steps(&sh, &host);
             outcomes.extend(lanes::wait_guests(child)?);
             outcomes
         }
@@ -235,14 +243,14 @@ fn failed_outcome(name: &str, e: &anyhow::Error) -> Outcome {
     }
 }
 
-/// Runs `steps` in order, timing each; with `alone`, nothing else runs in this process
-/// meanwhile, so each step's CPU time is measured too (unless the debug kernel is building
-/// beside it).
-fn run_steps(sh: &Shell, steps: &[Step], alone: bool) -> Vec<Outcome> {
+/// Runs `steps` in order, timing each, and measuring its CPU time unless the debug kernel is
+/// building beside it (nothing else runs in this process meanwhile: the copy counts are a
+/// child reaped after the steps, beside.rs).
+fn run_steps(sh: &Shell, steps: &[Step]) -> Vec<Outcome> {
     let mut outcomes = Vec::new();
     for (name, step) in steps {
         eprintln!("==> {name}");
-        let measured = alone && !crate::debugkernel::building_in_background();
+        let measured = !crate::debugkernel::building_in_background();
         let (start, cpu_start) = (Instant::now(), usage::cpu_secs());
         let result = step(sh);
         let secs = start.elapsed().as_secs_f64();
@@ -268,8 +276,12 @@ fn report(outcomes: &[Outcome], wall: f64, cpu: f64) -> Result<()> {
     eprintln!("\nstep times (wall, CPU: user + system of every process the step waited for):");
     for o in outcomes {
         let verdict = if o.ok { "ok" } else { "FAILED" };
-        let cpu = o.cpu.map_or_else(|| "-".to_owned(), |c| format!("{c:.1}"));
-        eprintln!("  {:>7.1} s  {cpu:>7} s  {verdict:<6}  {}", o.secs, o.name);
+        eprintln!(
+            "  {:>7.1} s  {:>7} s  {verdict:<6}  {}",
+            o.secs,
+            o.cpu_text(),
+            o.name
+        );
     }
     let total: f64 = outcomes.iter().map(|o| o.secs).sum();
     eprintln!("  {total:>7.1} s  sum of the steps");

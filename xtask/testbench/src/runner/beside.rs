@@ -24,14 +24,14 @@ pub fn run_steps_beside_copy_counts(sh: &Shell, steps: Vec<Step>) -> Vec<Outcome
         .into_iter()
         .partition(|(name, _)| *name == COPY_COUNT_STEP);
     if counts.is_empty() {
-        return run_steps(sh, &steps, true);
+        return run_steps(sh, &steps);
     }
     eprintln!("==> {COPY_COUNT_STEP} (a child xtask, beside the steps below)");
     let start = Instant::now();
     let child = match spawn_copy_counts() {
         Ok(child) => child,
         Err(e) => {
-            let mut outcomes = run_steps(sh, &steps, true);
+            let mut outcomes = run_steps(sh, &steps);
             outcomes.push(failed_outcome(COPY_COUNT_STEP, &e));
             return outcomes;
         }
@@ -39,7 +39,7 @@ pub fn run_steps_beside_copy_counts(sh: &Shell, steps: Vec<Step>) -> Vec<Outcome
     let pid = child.id();
     let (mut outcomes, exited) = std::thread::scope(|s| {
         let exited = s.spawn(move || wait_without_reaping(pid).map(|()| start.elapsed()));
-        let outcomes = run_steps(sh, &steps, true);
+        let outcomes = run_steps(sh, &steps);
         (outcomes, exited.join().ok().and_then(Result::ok))
     });
     outcomes.push(reap(child, exited.unwrap_or_else(|| start.elapsed())));

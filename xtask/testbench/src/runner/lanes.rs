@@ -102,10 +102,7 @@ pub fn write_results(outcomes: &[Outcome], lane_cpu: f64) -> Result<()> {
 fn format_results(outcomes: &[Outcome], lane_cpu: f64) -> String {
     let mut text: String = outcomes
         .iter()
-        .map(|o| {
-            let cpu = o.cpu.map_or_else(|| "-".to_owned(), |c| format!("{c:.1}"));
-            format!("{}\t{:.1}\t{cpu}\t{}\n", o.ok, o.secs, o.name)
-        })
+        .map(|o| format!("{}\t{:.1}\t{}\t{}\n", o.ok, o.secs, o.cpu_text(), o.name))
         .collect();
     text.push_str(&format!("{LANE_CPU}\t{lane_cpu:.1}\n"));
     text
